@@ -1,0 +1,1 @@
+"""Reward-model scoring: the batching worker service and the clients that reach any backend."""

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible adaptive Best-of-N gateway (uses `stoppers` and `reward`)."""
