@@ -1,0 +1,1 @@
+"""`POST /v1/chat/completions`: wire models (protocol), logic (serving), routing (api_router)."""

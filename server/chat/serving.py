@@ -1,0 +1,309 @@
+"""The chat-completions logic: parse, plan, then pass through (mode off) or sample and choose.
+
+Every path ends in exactly one call to :meth:`RequestRecord.finish`, which is where the request
+counters, the latency histogram and the in-flight gauge are kept honest (also for streams, which
+finish long after the handler returned, and for clients that hang up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+import httpx
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
+
+from server.chat.protocol import (
+    ChatCompletionRequest,
+    candidate_body,
+    completion_body,
+    completion_chunks,
+)
+from server.control import SamplingPlan, resolve_plan
+from server.errors import GatewayError, InvalidRequestError, NoCandidateError, UpstreamTimeoutError
+from server.metrics import GatewayMetrics
+from server.sampling import SamplingOutcome
+from server.sse import DONE, KEEPALIVE, EventStreamResponse, sse_data
+from server.state import GatewayState
+from server.upstream import UpstreamFailure
+
+__all__ = ["create_chat_completion", "request_id_for"]
+
+T = TypeVar("T")
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+CLIENT_CLOSED = 499  # nginx's convention; the client never sees it
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+def request_id_for(request: Request) -> str:
+    given = request.headers.get("x-request-id")
+    if given and REQUEST_ID.fullmatch(given):
+        return given
+    return uuid.uuid4().hex
+
+
+class RequestRecord:
+    """Per-request metrics bookkeeping, finished exactly once."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+        self.started = time.perf_counter()
+        self.mode = "unknown"
+        self._finished = False
+        metrics.inflight_requests.inc()
+
+    def finish(self, status: int) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self.metrics.inflight_requests.dec()
+        self.metrics.request_finished(self.mode, status, time.perf_counter() - self.started)
+
+
+async def create_chat_completion(request: Request, state: GatewayState) -> Response:
+    record = RequestRecord(state.metrics)
+    request_id = request_id_for(request)
+    headers = {"X-Request-Id": request_id}
+    try:
+        raw_bytes = await request.body()
+        data = _parse_json(raw_bytes)
+        chat = _validate(data)
+        plan = resolve_plan(request.headers, data.get("pandora"), state.settings, n=chat.n)
+        record.mode = plan.mode
+        headers["X-Pandora-Mode"] = plan.mode
+        if plan.mode == "off":
+            return await _passthrough(request, state, record, raw_bytes, data, chat, headers)
+        if chat.stream:
+            return await _sample_streaming(request, state, record, data, chat, plan, headers)
+        outcome = await _until_disconnect(request, _run_sampler(state, data, chat, plan))
+        _record_outcome(state, plan, outcome)
+        body = completion_body(
+            outcome, completion_id=_completion_id(), model=chat.model, mode=plan.mode
+        )
+        record.finish(200)
+        return JSONResponse(body, headers={**headers, **_outcome_headers(outcome)})
+    except GatewayError as error:
+        record.finish(error.status_code)
+        return JSONResponse(error.to_dict(), status_code=error.status_code, headers=headers)
+    except (ClientGone, ClientDisconnect):
+        record.finish(CLIENT_CLOSED)
+        return Response(status_code=CLIENT_CLOSED)
+    except BaseException:
+        record.finish(500)
+        raise
+
+
+# -- parsing ------------------------------------------------------------------------------------
+def _parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError:
+        raise InvalidRequestError("request body is not valid UTF-8") from None
+    except ValueError as exc:
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    return data
+
+
+def _validate(data: dict[str, Any]) -> ChatCompletionRequest:
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        param = ".".join(str(part) for part in first["loc"]) or None
+        raise InvalidRequestError(f"{param}: {first['msg']}", param=param) from None
+
+
+def _completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+# -- sampled modes ------------------------------------------------------------------------------
+def _run_sampler(
+    state: GatewayState, data: dict[str, Any], chat: ChatCompletionRequest, plan: SamplingPlan
+) -> Awaitable[SamplingOutcome]:
+    messages = [m.model_dump(exclude_none=True) for m in chat.messages]
+    return state.sampler.run(
+        messages, candidate_body(data), plan, deadline=state.settings.request_timeout
+    )
+
+
+def _outcome_headers(outcome: SamplingOutcome) -> dict[str, str]:
+    headers = {
+        "X-Pandora-Samples": str(len(outcome.scored)),
+        "X-Pandora-Stop-Reason": outcome.stop_reason,
+        "X-Pandora-Cancelled": str(outcome.cancelled),
+    }
+    if outcome.best_reward is not None:
+        headers["X-Pandora-Reward"] = f"{outcome.best_reward:.6g}"
+    return headers
+
+
+def _record_outcome(state: GatewayState, plan: SamplingPlan, outcome: SamplingOutcome) -> None:
+    metrics = state.metrics
+    used = len(outcome.scored) + outcome.cancelled
+    metrics.samples_per_request.labels(mode=plan.mode).observe(len(outcome.scored))
+    metrics.samples_saved.inc(max(0, state.settings.effective_baseline_n - used))
+    metrics.add_tokens(outcome.prompt_tokens, outcome.completion_tokens)
+    metrics.stop_reason(outcome.stop_reason)
+    if outcome.best_reward is not None:
+        metrics.best_reward.observe(outcome.best_reward)
+
+
+async def _sample_streaming(
+    request: Request,
+    state: GatewayState,
+    record: RequestRecord,
+    data: dict[str, Any],
+    chat: ChatCompletionRequest,
+    plan: SamplingPlan,
+    headers: dict[str, str],
+) -> Response:
+    """Wait one keep-alive period for the result: a fast failure still gets its real status
+    and a fast success gets the ``X-Pandora-*`` headers; after that, stream keep-alives."""
+    task = asyncio.create_task(_run_sampler(state, data, chat, plan))
+    keepalive = state.settings.keepalive_interval
+    try:
+        await _until_disconnect(request, asyncio.wait({task}, timeout=keepalive))
+    except BaseException:
+        await _cancel(task)
+        raise
+    if task.done():
+        error = task.exception()
+        if error is not None:
+            raise error
+        headers = {**headers, **_outcome_headers(task.result())}
+
+    async def events() -> AsyncIterator[bytes]:
+        status = CLIENT_CLOSED
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=keepalive)
+                if not task.done():
+                    yield KEEPALIVE
+            try:
+                outcome = task.result()
+            except GatewayError as error:
+                status = error.status_code
+                yield sse_data(error.to_dict())
+                yield DONE
+                return
+            _record_outcome(state, plan, outcome)
+            for chunk in completion_chunks(
+                outcome,
+                completion_id=_completion_id(),
+                model=chat.model,
+                mode=plan.mode,
+                include_usage=chat.include_usage,
+            ):
+                yield sse_data(chunk)
+            yield DONE
+            status = 200
+        finally:
+            await _cancel(task)
+            record.finish(status)
+
+    return EventStreamResponse(events(), headers=headers)
+
+
+# -- mode off: a plain proxy --------------------------------------------------------------------
+async def _passthrough(
+    request: Request,
+    state: GatewayState,
+    record: RequestRecord,
+    raw_bytes: bytes,
+    data: dict[str, Any],
+    chat: ChatCompletionRequest,
+    headers: dict[str, str],
+) -> Response:
+    upstream = state.upstream
+    if "pandora" in data:
+        raw_bytes = json.dumps({k: v for k, v in data.items() if k != "pandora"}).encode()
+    outgoing = upstream.client.build_request(
+        "POST",
+        "/chat/completions",
+        content=raw_bytes,
+        headers={"content-type": "application/json"},
+    )
+    try:
+        response = await _until_disconnect(
+            request, upstream.send(outgoing, stream=chat.stream), discard=_close_response
+        )
+    except UpstreamFailure as failure:
+        state.metrics.upstream_error(failure.kind)
+        error_cls = UpstreamTimeoutError if failure.kind == "timeout" else NoCandidateError
+        raise error_cls(failure.message) from None
+    media_type = response.headers.get("content-type", "application/json")
+    if not chat.stream or response.status_code != 200:
+        content = await response.aread()
+        await response.aclose()
+        record.finish(response.status_code)
+        return Response(
+            content, status_code=response.status_code, media_type=media_type, headers=headers
+        )
+
+    async def relay() -> AsyncIterator[bytes]:
+        status = CLIENT_CLOSED
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+            status = 200
+        except httpx.HTTPError:
+            state.metrics.upstream_error("protocol")
+            status = 502
+        finally:
+            await response.aclose()
+            record.finish(status)
+
+    return EventStreamResponse(relay(), headers=headers, media_type=media_type)
+
+
+async def _close_response(response: httpx.Response) -> None:
+    await response.aclose()
+
+
+# -- cancellation helpers -----------------------------------------------------------------------
+async def _until_disconnect(request: Request, work: Awaitable[T], *, discard=None) -> T:
+    """Await ``work`` unless the client disconnects first; then cancel it and raise ClientGone.
+
+    (vLLM's ``with_cancellation``: nothing keeps running for a client that left.)
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.create_task(_wait_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            await _cancel(task)
+        await asyncio.gather(watcher, return_exceptions=True)
+    if watcher.done() and not watcher.cancelled() and watcher.exception() is None:
+        if discard is not None and not task.cancelled() and task.exception() is None:
+            await discard(task.result())
+        raise ClientGone()
+    return task.result()
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    if not task.done():
+        task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

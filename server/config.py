@@ -1,0 +1,122 @@
+"""Gateway configuration: one settings object, built once at start-up.
+
+Every field reads ``PANDORA_<NAME>`` from the environment (pydantic-settings) and every
+``pandora serve --flag`` maps onto the same field, so the CLI, containers and tests configure
+the gateway the same way. Validators refuse to start on configuration that cannot work.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = [
+    "DEFAULT_GENERATOR_MODEL",
+    "DEFAULT_REWARD_MODEL",
+    "MODES",
+    "Mode",
+    "Settings",
+]
+
+Mode = Literal["adaptive", "target", "fixed", "off"]
+MODES: tuple[str, ...] = ("adaptive", "target", "fixed", "off")
+
+# Small real models for the embedded default (no --upstream-url): both run on a laptop CPU.
+DEFAULT_GENERATOR_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+DEFAULT_REWARD_MODEL = "Skywork/Skywork-Reward-V2-Qwen3-0.6B"
+
+
+class Settings(BaseSettings):
+    """Everything `pandora serve` can be told. Field docs double as ``--help`` text."""
+
+    model_config = SettingsConfigDict(env_prefix="PANDORA_", extra="ignore", frozen=True)
+
+    upstream_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL (e.g. http://vllm:8000/v1); "
+        "unset = generate in-process with --generator-model",
+    )
+    upstream_api_key: SecretStr | None = Field(None, description="Bearer key sent upstream")
+    reward_backend: Literal["worker", "vllm", "local"] | None = Field(
+        None, description="worker|vllm|local (default: worker if --reward-url else local)"
+    )
+    reward_url: str | None = Field(None, description="reward worker or vLLM pooling base URL")
+    reward_model: str = Field(DEFAULT_REWARD_MODEL, description="reward model name or path")
+    generator_model: str = Field(
+        DEFAULT_GENERATOR_MODEL, description="in-process generator (only without --upstream-url)"
+    )
+    device: str = Field("auto", description="device for in-process models (auto|cpu|cuda)")
+    demo_tiny_models: bool = Field(
+        False,
+        description="offline demo: build tiny RANDOM-weight local models (random text) "
+        "instead of downloading --generator-model/--reward-model",
+    )
+    host: str = Field("127.0.0.1", description="bind address (0.0.0.0 in containers)")
+    port: int = Field(8080, ge=0, le=65535)
+    max_samples: int = Field(32, ge=1, le=1024, description="server cap on samples per request")
+    min_samples: int | None = Field(None, ge=1, description="default minimum samples")
+    parallelism: int = Field(4, ge=1, le=256, description="candidates in flight per request")
+    default_mode: Mode = "adaptive"
+    default_cost: float = Field(0.05, gt=0, lt=1, description="cost per sample (adaptive mode)")
+    default_target: float = Field(0.9, gt=0, le=1, description="target acceptance (target mode)")
+    baseline_n: int | None = Field(
+        None, ge=1, description="fixed N that savings are counted against (default max-samples)"
+    )
+    api_key: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="client keys (repeatable; env: comma-separated)"
+    )
+    protect_metrics: bool = Field(False, description="require the API key on /metrics and /ready")
+    request_timeout: float = Field(300.0, gt=0, description="seconds per upstream call and request")
+    upstream_retries: int = Field(2, ge=0, le=10, description="retries per candidate")
+    retry_backoff: float = Field(0.25, ge=0, description="first retry delay in seconds (doubles)")
+    keepalive_interval: float = Field(5.0, gt=0, description="SSE keep-alive comment period")
+    reward_failure: Literal["error", "first"] = Field(
+        "error", description="reward backend down: 503 (error) or return the first candidate"
+    )
+    reward_timeout: float = Field(30.0, gt=0, description="seconds per reward call")
+    max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, description="request body limit")
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+    @field_validator("upstream_url", "reward_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"must be an http(s) URL with a host, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.min_samples is not None and self.min_samples > self.max_samples:
+            raise ValueError(
+                f"min_samples ({self.min_samples}) must not exceed max_samples ({self.max_samples})"
+            )
+        if self.reward_backend in ("worker", "vllm") and not self.reward_url:
+            raise ValueError(f"reward_backend {self.reward_backend!r} needs reward_url")
+        return self
+
+    # -- derived values ------------------------------------------------------------------
+    @property
+    def effective_reward_backend(self) -> str:
+        return self.reward_backend or ("worker" if self.reward_url else "local")
+
+    @property
+    def effective_baseline_n(self) -> int:
+        return self.baseline_n or self.max_samples
+
+    @property
+    def embedded(self) -> bool:
+        """True when the gateway generates in-process (no upstream URL)."""
+        return self.upstream_url is None

@@ -1,0 +1,173 @@
+"""Prometheus metrics of the gateway (names fixed by issue 6; dashboards depend on them).
+
+Built on an injected ``CollectorRegistry`` inside the app factory, so two apps in one process
+never share series. Every label takes values from a small fixed set (hostile input cannot create
+series): anything else is folded into ``"other"``. Known label values are created up front so
+their series exist at 0 from the first scrape.
+
+One uvicorn worker per container (scale with replicas): the metrics live in process memory.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from server.config import MODES
+
+__all__ = [
+    "CANDIDATE_OUTCOMES",
+    "REQUEST_MODES",
+    "STATUSES",
+    "STOP_REASONS",
+    "TOKEN_KINDS",
+    "UPSTREAM_ERROR_KINDS",
+    "GatewayMetrics",
+]
+
+REQUEST_MODES = (*MODES, "unknown")  # "unknown": rejected before a mode was known
+STATUSES = ("200", "400", "401", "404", "413", "422", "429", "499", "500", "502", "503", "504")
+CANDIDATE_OUTCOMES = ("scored", "cancelled", "failed")
+TOKEN_KINDS = ("prompt", "completion")
+STOP_REASONS = (
+    "threshold",  # the policy's stopping rule fired (paper Alg. "Adaptive Best-of-N", UCB cap)
+    "target",  # target-acceptance rule (paper Sec. 4.3)
+    "fixed",  # fixed Best-of-N finished its N
+    "budget",  # max-samples reached
+    "min_samples",
+    "timeout",  # request deadline hit; best so far returned
+    "reward_unavailable",  # reward backend down; first candidate returned (fallback)
+    "exhausted",  # candidates failed so the budget ran out before the policy stopped
+    "other",
+)
+UPSTREAM_ERROR_KINDS = (
+    "rate_limited",  # 429
+    "server_error",  # 5xx
+    "client_error",  # other 4xx
+    "connection",  # refused / reset / DNS
+    "timeout",
+    "protocol",  # broken or truncated stream, invalid JSON
+)
+
+# LLM calls take seconds to minutes: buckets well past the default 10 s.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
+REWARD_BUCKETS = (-10, -5, -2, -1, -0.5, 0, 0.25, 0.5, 0.75, 1, 2, 5, 10)
+
+
+def _fixed(value: str, allowed: tuple[str, ...]) -> str:
+    return value if value in allowed else "other"
+
+
+class GatewayMetrics:
+    """All gateway metrics on one registry, with methods that clamp labels to the fixed sets."""
+
+    def __init__(self, registry: CollectorRegistry, *, max_samples: int) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "pandora_requests_total",
+            "Chat completion requests by mode and HTTP status",
+            ["mode", "status"],
+            registry=registry,
+        )
+        self.request_duration = Histogram(
+            "pandora_request_duration_seconds",
+            "Gateway request latency (until the response is complete)",
+            ["mode"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.samples_per_request = Histogram(
+            "pandora_samples_per_request",
+            "Scored candidates per request",
+            ["mode"],
+            buckets=tuple(range(1, max_samples + 1)),
+            registry=registry,
+        )
+        self.candidates = Counter(
+            "pandora_candidates_total",
+            "Candidates by outcome (scored, cancelled on stop, failed after retries)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.samples_saved = Counter(
+            "pandora_samples_saved_total",
+            "Generations saved against the fixed baseline N (baseline_n - candidates used)",
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "pandora_tokens_total",
+            "Tokens over all candidates (cancelled partials included)",
+            ["kind"],
+            registry=registry,
+        )
+        self.stop_reasons = Counter(
+            "pandora_stop_reason_total", "Why sampling stopped", ["reason"], registry=registry
+        )
+        self.best_reward = Histogram(
+            "pandora_best_reward",
+            "Reward of the returned candidate",
+            buckets=REWARD_BUCKETS,
+            registry=registry,
+        )
+        self.upstream_duration = Histogram(
+            "pandora_upstream_request_duration_seconds",
+            "Duration of one upstream generation call",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.reward_duration = Histogram(
+            "pandora_reward_request_duration_seconds",
+            "Duration of one reward scoring call",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.upstream_errors = Counter(
+            "pandora_upstream_errors_total",
+            "Failed upstream attempts by kind",
+            ["kind"],
+            registry=registry,
+        )
+        self.inflight_requests = Gauge(
+            "pandora_inflight_requests", "Requests being served", registry=registry
+        )
+        self.inflight_candidates = Gauge(
+            "pandora_inflight_candidates", "Upstream generations in flight", registry=registry
+        )
+        self._precreate()
+
+    def _precreate(self) -> None:
+        for mode in REQUEST_MODES:
+            self.request_duration.labels(mode=mode)
+            self.samples_per_request.labels(mode=mode)
+            for status in STATUSES:
+                self.requests.labels(mode=mode, status=status)
+        for outcome in CANDIDATE_OUTCOMES:
+            self.candidates.labels(outcome=outcome)
+        for kind in TOKEN_KINDS:
+            self.tokens.labels(kind=kind)
+        for reason in STOP_REASONS:
+            self.stop_reasons.labels(reason=reason)
+        for kind in UPSTREAM_ERROR_KINDS:
+            self.upstream_errors.labels(kind=kind)
+
+    # -- recording helpers (label values clamped to the fixed sets) ---------------------------
+    def request_finished(self, mode: str, status: int, seconds: float) -> None:
+        mode = _fixed(mode, REQUEST_MODES)
+        code = str(status)
+        self.requests.labels(mode=mode, status=code if code in STATUSES else "other").inc()
+        self.request_duration.labels(mode=mode).observe(seconds)
+
+    def candidate(self, outcome: str, count: int = 1) -> None:
+        if count:
+            self.candidates.labels(outcome=_fixed(outcome, CANDIDATE_OUTCOMES)).inc(count)
+
+    def stop_reason(self, reason: str) -> None:
+        self.stop_reasons.labels(reason=_fixed(reason, STOP_REASONS)).inc()
+
+    def upstream_error(self, kind: str) -> None:
+        self.upstream_errors.labels(kind=_fixed(kind, UPSTREAM_ERROR_KINDS)).inc()
+
+    def add_tokens(self, prompt: int, completion: int) -> None:
+        if prompt:
+            self.tokens.labels(kind="prompt").inc(prompt)
+        if completion:
+            self.tokens.labels(kind="completion").inc(completion)

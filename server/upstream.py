@@ -1,0 +1,192 @@
+"""The one place the gateway talks to the generation upstream (an OpenAI-compatible server).
+
+The seam is an ``httpx.AsyncClient`` handed in by the app factory (tests give it a client for a
+fake server; the embedded default gives it an in-process transport). Each candidate is one
+streamed ``n=1`` request, so cancelling the task closes the stream and vLLM aborts the
+generation. Network failures are translated into :class:`UpstreamFailure` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from server.candidate import Candidate, CandidateBuilder
+
+__all__ = ["UpstreamClient", "UpstreamFailure"]
+
+MAX_RETRY_DELAY = 10.0
+
+
+class UpstreamFailure(Exception):
+    """One failed upstream attempt. ``kind`` is one of metrics.UPSTREAM_ERROR_KINDS."""
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind != "client_error"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    retries: int
+    backoff: float
+
+    def delay(self, attempt: int, failure: UpstreamFailure) -> float:
+        if failure.retry_after is not None:
+            return min(failure.retry_after, MAX_RETRY_DELAY)
+        base = self.backoff * (2**attempt)
+        return min(base * (0.5 + random.random() / 2), MAX_RETRY_DELAY)
+
+
+def _status_failure(status: int, body: bytes, headers: httpx.Headers) -> UpstreamFailure:
+    message = _upstream_message(body) or f"upstream answered HTTP {status}"
+    if status == 429:
+        return UpstreamFailure(
+            "rate_limited", message, status=status, retry_after=_retry_after(headers)
+        )
+    if status >= 500:
+        return UpstreamFailure("server_error", message, status=status)
+    return UpstreamFailure("client_error", message, status=status)
+
+
+def _upstream_message(body: bytes) -> str | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        text = body.decode("utf-8", "replace").strip()
+        return text[:500] or None
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"][:2000]
+        if isinstance(data.get("detail"), str):
+            return data["detail"][:2000]
+    return None
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    try:
+        return max(0.0, float(headers.get("retry-after", "")))
+    except ValueError:
+        return None
+
+
+def _transport_failure(exc: httpx.HTTPError) -> UpstreamFailure:
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamFailure("timeout", f"upstream timed out ({type(exc).__name__})")
+    if isinstance(exc, httpx.ConnectError | httpx.NetworkError):
+        return UpstreamFailure("connection", f"upstream connection failed ({type(exc).__name__})")
+    return UpstreamFailure("protocol", f"upstream stream broken ({type(exc).__name__})")
+
+
+class UpstreamClient:
+    """Generates candidates and proxies pass-through requests over one pooled client."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        retries: int,
+        backoff: float,
+        on_attempt: Callable[[float, UpstreamFailure | None], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.retry = RetryPolicy(retries, backoff)
+        self._on_attempt = on_attempt or (lambda seconds, failure: None)
+
+    async def generate(self, body: dict[str, Any], builder: CandidateBuilder) -> Candidate:
+        """One candidate, retried on retryable failures; raises the last UpstreamFailure."""
+        attempt = 0
+        while True:
+            builder.reset()
+            started = time.perf_counter()
+            try:
+                await self._stream_once(body, builder)
+            except UpstreamFailure as failure:
+                self._on_attempt(time.perf_counter() - started, failure)
+                if not failure.retryable or attempt >= self.retry.retries:
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt, failure))
+                attempt += 1
+                continue
+            self._on_attempt(time.perf_counter() - started, None)
+            return builder.build()
+
+    async def _stream_once(self, body: dict[str, Any], builder: CandidateBuilder) -> None:
+        try:
+            async with self.client.stream("POST", "/chat/completions", json=body) as response:
+                if response.status_code != 200:
+                    raise _status_failure(
+                        response.status_code, await response.aread(), response.headers
+                    )
+                done = await _consume_sse(response, builder)
+        except httpx.HTTPError as exc:
+            raise _transport_failure(exc) from None
+        if not done and builder.finish_reason is None:
+            raise UpstreamFailure("protocol", "upstream stream ended before the completion did")
+
+    # -- pass-through (mode off) and the small endpoints ---------------------------------
+    async def send(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
+        """Send a prepared request; transport errors become UpstreamFailure."""
+        try:
+            return await self.client.send(request, stream=stream)
+        except httpx.HTTPError as exc:
+            raise _transport_failure(exc) from None
+
+    async def models(self) -> tuple[int, bytes, str]:
+        response = await self.send(self.client.build_request("GET", "/models"), stream=False)
+        return (
+            response.status_code,
+            response.content,
+            response.headers.get("content-type", "application/json"),
+        )
+
+    async def ready(self) -> bool:
+        try:
+            response = await self.client.get("/models", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+
+async def _consume_sse(response: httpx.Response, builder: CandidateBuilder) -> bool:
+    """Feed every ``data:`` event to the builder; True when ``[DONE]`` arrived."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return True
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            raise UpstreamFailure("protocol", "upstream sent invalid JSON in a chunk") from None
+        if not isinstance(chunk, dict):
+            raise UpstreamFailure("protocol", "upstream sent a chunk that is not an object")
+        if "error" in chunk:
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            raise UpstreamFailure("server_error", f"upstream error mid-stream: {message}")
+        builder.feed(chunk)
+    return False
