@@ -9,12 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["RewardBackend", "RewardError"]
+__all__ = ["RewardBackend", "RewardError", "RewardInputError"]
 
 
 class RewardError(RuntimeError):
     """The reward backend could not score: unreachable, timed out, or answered nonsense
     (an error status, the wrong number of scores, non-finite values)."""
+
+
+class RewardInputError(RewardError, ValueError):
+    """The inputs themselves cannot be scored (e.g. a non-text content part, a chat template that
+    rejects the dialogue); retrying will not help. The worker answers these with 400."""
 
 
 @runtime_checkable

@@ -1,0 +1,167 @@
+"""The reward worker's HTTP service: ``POST /v1/rewards``, ``GET /health``, ``GET /metrics``.
+
+The model loads in the background after the server starts, so orchestrators see ``/health``
+answer 503 while loading and 200 once scoring works. Errors use OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from reward.base import RewardError, RewardInputError
+from reward.local import LocalRewardBackend
+from reward.metrics import RewardMetrics
+from reward.protocol import ErrorBody, ErrorResponse, RewardRequest, RewardResponse, Usage
+from reward.settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from reward.scorer import RewardScorer
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger(__name__)
+
+
+_INVALID = "invalid_request_error"
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str, type_: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param = status, message, type_, param
+
+
+def _error(status: int, message: str, type_: str, param: str | None = None) -> JSONResponse:
+    body = ErrorResponse(error=ErrorBody(message=message, type=type_, param=param, code=None))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+def create_app(
+    settings: WorkerSettings,
+    *,
+    registry: CollectorRegistry | None = None,
+    scorer: RewardScorer | None = None,
+    on_load_failure: Callable[[BaseException], None] | None = None,
+) -> FastAPI:
+    """Build the worker app. ``scorer`` injects an already loaded model (tests); ``registry``
+    receives the metrics (a fresh one by default); ``on_load_failure`` lets the CLI exit when the
+    model cannot load instead of answering 503 forever."""
+    registry = registry if registry is not None else CollectorRegistry()
+    metrics = RewardMetrics(registry)
+    backend = LocalRewardBackend(
+        settings.model,
+        device=settings.device,
+        dtype=settings.dtype,
+        label_index=settings.label_index,
+        max_batch_size=settings.max_batch_size,
+        max_batch_tokens=settings.max_batch_tokens,
+        max_wait_ms=settings.max_wait_ms,
+        max_length=settings.max_length,
+        observer=metrics,
+        scorer=scorer,
+    )
+
+    async def load() -> None:
+        try:
+            await backend.load()
+        except Exception as exc:
+            logger.error("reward model failed to load: %s", exc)
+            if on_load_failure is not None:
+                on_load_failure(exc)
+            return
+        metrics.model_loaded.set(1)
+        logger.info("reward model %s loaded; serving", settings.model)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loader = asyncio.create_task(load(), name="reward-worker-load")
+        try:
+            yield
+        finally:
+            loader.cancel()
+            await asyncio.gather(loader, return_exceptions=True)
+            await backend.aclose()
+
+    app = FastAPI(title="pandora reward worker", lifespan=lifespan)
+    app.state.backend = backend
+    app.state.metrics = metrics
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        metrics.errors.labels(kind="invalid").inc()
+        first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
+        location = [str(part) for part in first.get("loc", ()) if part != "body"]
+        param = ".".join(location) or None
+        message = first.get("msg", "invalid request")
+        if first.get("type") == "json_invalid":
+            detail = first.get("ctx", {}).get("error", "")
+            message = f"request body is not valid JSON: {detail} (at character {location[-1]})"
+            param = None
+        elif param:
+            message = f"{param}: {message}"
+        return _error(422, message, "invalid_request_error", param)
+
+    @app.exception_handler(_HTTPError)
+    async def http_error(request: Request, exc: _HTTPError) -> JSONResponse:
+        metrics.errors.labels(kind="invalid" if exc.status < 500 else "request").inc()
+        return _error(exc.status, exc.message, exc.type, exc.param)
+
+    @app.get("/health")
+    async def health() -> Response:
+        if backend.loaded:
+            return JSONResponse({"status": "ok", "model": settings.model_name})
+        if backend.load_error is not None:
+            message = f"reward model failed to load: {backend.load_error}"
+        else:
+            message = f"reward model {settings.model_name} is loading"
+        return _error(503, message, "service_unavailable")
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post(
+        "/v1/rewards",
+        response_model=RewardResponse,
+        responses={400: {"model": ErrorResponse}, 500: {"model": ErrorResponse}},
+    )
+    async def rewards(body: RewardRequest) -> RewardResponse:
+        if not body.messages:
+            raise _HTTPError(400, "messages must not be empty", _INVALID, "messages")
+        if not body.responses:
+            raise _HTTPError(400, "responses must not be empty", _INVALID, "responses")
+        if len(body.responses) > settings.max_responses:
+            raise _HTTPError(
+                400,
+                f"at most {settings.max_responses} responses per request, got "
+                f"{len(body.responses)}",
+                "invalid_request_error",
+                "responses",
+            )
+        if not backend.loaded:
+            raise _HTTPError(503, "reward model is not loaded yet", "service_unavailable")
+        messages = [message.model_dump(exclude_none=True) for message in body.messages]
+        try:
+            result = await backend.score_detailed(messages, body.responses)
+        except RewardInputError as exc:
+            raise _HTTPError(400, str(exc), "invalid_request_error", "messages") from exc
+        except RewardError as exc:
+            raise _HTTPError(500, str(exc), "server_error") from exc
+        metrics.truncated.inc(sum(result.truncated))
+        return RewardResponse(
+            model=settings.model_name,
+            scores=result.scores,
+            truncated=result.truncated,
+            usage=Usage(prompt_tokens=result.prompt_tokens),
+        )
+
+    return app

@@ -1,0 +1,184 @@
+"""HTTP reward backends: the batching worker (``POST /v1/rewards``) and a vLLM pooling server.
+
+Both take an injectable ``httpx.AsyncClient`` (tests pass one with a mock transport or point at a
+real local server); otherwise they own a pooled client and close it in :meth:`aclose`. Every
+transport failure, error status and malformed answer becomes :class:`~reward.base.RewardError`,
+translated here and nowhere else. No torch, no transformers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from reward.base import RewardError
+
+__all__ = ["VLLMRewardClient", "WorkerRewardClient"]
+
+
+class _HTTPBackend:
+    """Connection handling shared by the HTTP backends."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float,
+        api_key: str | None,
+        client: httpx.AsyncClient | None,
+        max_connections: int = 64,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+        )
+
+    async def _post(self, path: str, payload: Mapping[str, Any]) -> Any:
+        url = f"{self.base_url}{path}"
+        try:
+            response = await self._client.post(
+                url, json=payload, headers=self._headers, timeout=self.timeout
+            )
+        except httpx.TimeoutException as exc:
+            raise RewardError(f"reward backend {url} timed out after {self.timeout:g}s") from exc
+        except httpx.HTTPError as exc:
+            raise RewardError(f"reward backend {url} unreachable: {exc!r}") from exc
+        if not response.is_success:
+            raise RewardError(
+                f"reward backend {url} answered {response.status_code}: {_error_message(response)}"
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise RewardError(f"reward backend {url} answered with invalid JSON") from exc
+
+    async def ready(self) -> bool:
+        """True when ``GET /health`` answers 2xx."""
+        try:
+            response = await self._client.get(
+                f"{self.base_url}/health", headers=self._headers, timeout=min(self.timeout, 5.0)
+            )
+        except httpx.HTTPError:
+            return False
+        return response.is_success
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+
+class WorkerRewardClient(_HTTPBackend):
+    """Scores through ``pandora reward-worker`` (one request carries every response)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 30.0,
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(base_url, timeout=timeout, api_key=api_key, client=client)
+
+    async def score(
+        self, messages: Sequence[Mapping[str, Any]], responses: Sequence[str]
+    ) -> list[float]:
+        if not responses:
+            return []
+        body = await self._post(
+            "/v1/rewards", {"messages": [dict(m) for m in messages], "responses": list(responses)}
+        )
+        scores = body.get("scores") if isinstance(body, Mapping) else None
+        return _checked(scores, len(responses), f"{self.base_url}/v1/rewards")
+
+
+class VLLMRewardClient(_HTTPBackend):
+    """Scores through a vLLM pooling server (``vllm serve <reward model> --runner pooling``).
+
+    ``POST /classify`` takes one conversation per request (``messages``), so a request per
+    response is sent concurrently and vLLM batches them itself. The dialogue ends with the
+    response as the assistant turn; ``use_activation: false`` keeps vLLM from applying its
+    default sigmoid, so ``data[0].probs[0]`` is the raw logit (``/score`` and ``/rerank`` are
+    for cross-encoders, not for these models).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        timeout: float = 30.0,
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(base_url, timeout=timeout, api_key=api_key, client=client)
+        self.model = model
+
+    async def score(
+        self, messages: Sequence[Mapping[str, Any]], responses: Sequence[str]
+    ) -> list[float]:
+        if not responses:
+            return []
+        prompt = [dict(m) for m in messages]
+        tasks = [asyncio.create_task(self._score_one(prompt, reply)) for reply in responses]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:  # one failure fails the call: stop and reap the other requests, leak nothing
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _score_one(self, prompt: list[dict[str, Any]], response: str) -> float:
+        payload: dict[str, Any] = {
+            "messages": [*prompt, {"role": "assistant", "content": response}],
+            "use_activation": False,
+        }
+        if self.model is not None:
+            payload["model"] = self.model
+        body = await self._post("/classify", payload)
+        try:
+            probs = body["data"][0]["probs"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise RewardError(f"{self.base_url}/classify answered without data[0].probs") from exc
+        return _checked(probs[:1] if isinstance(probs, list) else probs, 1, "/classify")[0]
+
+
+def _checked(scores: Any, expected: int, where: str) -> list[float]:
+    if not isinstance(scores, list):
+        raise RewardError(f"{where} answered without a list of scores")
+    if len(scores) != expected:
+        raise RewardError(f"{where} returned {len(scores)} scores for {expected} responses")
+    values: list[float] = []
+    for score in scores:
+        if isinstance(score, bool) or not isinstance(score, int | float):
+            raise RewardError(f"{where} returned a non-numeric score {score!r}")
+        if not math.isfinite(score):
+            raise RewardError(f"{where} returned a non-finite score {score!r}")
+        values.append(float(score))
+    return values
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The message of an OpenAI-shaped (or vLLM/FastAPI-shaped) error body, else its text."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:200] or response.reason_phrase
+    if isinstance(body, Mapping):
+        error = body.get("error")
+        if isinstance(error, Mapping) and error.get("message"):
+            return str(error["message"])
+        for key in ("message", "detail"):
+            if body.get(key):
+                return str(body[key])
+    return str(body)[:200]

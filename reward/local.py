@@ -1,0 +1,170 @@
+"""The reward model loaded in this process: the scorer behind the dynamic batcher.
+
+The worker service wraps exactly this object; the gateway uses it directly as its embedded
+default on a machine without a GPU. torch and transformers are imported only when the model
+loads, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reward.base import RewardError, RewardInputError
+from reward.batcher import BatchObserver, DynamicBatcher
+
+if TYPE_CHECKING:
+    from reward.scorer import EncodedPair, RewardScorer
+
+__all__ = ["LocalRewardBackend", "ScoreResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreResult:
+    """Scores of one request, with what the worker reports next to them."""
+
+    scores: list[float]
+    truncated: list[bool]
+    prompt_tokens: int
+
+
+class LocalRewardBackend:
+    """A :class:`~reward.base.RewardBackend` that runs the reward model in-process.
+
+    Loading starts on :meth:`load`, or in the background on the first :meth:`ready`, or on the
+    first :meth:`score` (which waits for it). ``scorer`` injects an already built
+    :class:`~reward.scorer.RewardScorer` (tests, benchmarks) instead of loading ``model``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        label_index: int | None = None,
+        max_batch_size: int = 32,
+        max_batch_tokens: int = 16384,
+        max_wait_ms: float = 5.0,
+        max_length: int | None = None,
+        observer: BatchObserver | None = None,
+        scorer: RewardScorer | None = None,
+    ) -> None:
+        self.model = model
+        self.device = device
+        self.dtype = dtype
+        self.label_index = label_index
+        self.max_length = max_length
+        self.batcher_options = {
+            "max_batch_size": max_batch_size,
+            "max_batch_tokens": max_batch_tokens,
+            "max_wait": max_wait_ms / 1000.0,
+            "observer": observer,
+        }
+        self.scorer: RewardScorer | None = scorer
+        self.load_error: BaseException | None = None
+        self._batcher: DynamicBatcher | None = None
+        self._loading: asyncio.Task[None] | None = None
+        # Tokenizers are not safe to share across threads; one thread encodes, in parallel with
+        # the batcher's forward thread.
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward-encode")
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        return self._batcher is not None
+
+    async def load(self) -> None:
+        """Load the model (once) off the event loop; raises :class:`RewardError` on failure."""
+        if self._loading is None:
+            self._loading = asyncio.create_task(self._load(), name="reward-model-load")
+        try:
+            await asyncio.shield(self._loading)
+        except RewardError:
+            raise
+        except Exception as exc:
+            raise RewardError(f"reward model {self.model!r} failed to load: {exc}") from exc
+
+    async def _load(self) -> None:
+        try:
+            if self.scorer is None:
+                self.scorer = await asyncio.to_thread(self._build_scorer)
+            self._batcher = DynamicBatcher(self.scorer.forward, **self.batcher_options)
+        except BaseException as exc:
+            self.load_error = exc
+            raise
+
+    def _build_scorer(self) -> RewardScorer:
+        from reward.scorer import RewardScorer
+
+        return RewardScorer.from_pretrained(
+            self.model,
+            device=self.device,
+            dtype=self.dtype,
+            label_index=self.label_index,
+            max_length=self.max_length,
+        )
+
+    async def ready(self) -> bool:
+        """True once the model is loaded; the first call starts loading in the background."""
+        if self._loading is None:
+            self._loading = asyncio.create_task(self._load(), name="reward-model-load")
+            self._loading.add_done_callback(_consume_exception)
+        return self.loaded
+
+    async def aclose(self) -> None:
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+            await asyncio.gather(self._loading, return_exceptions=True)
+        if self._batcher is not None:
+            await self._batcher.aclose()
+        self._encoder.shutdown(wait=False, cancel_futures=True)
+
+    # -- scoring --------------------------------------------------------------------------------
+
+    async def score(
+        self, messages: Sequence[Mapping[str, Any]], responses: Sequence[str]
+    ) -> list[float]:
+        return (await self.score_detailed(messages, responses)).scores
+
+    async def score_detailed(
+        self, messages: Sequence[Mapping[str, Any]], responses: Sequence[str]
+    ) -> ScoreResult:
+        """Scores with truncation flags and the number of tokens scored."""
+        await self.load()
+        assert self.scorer is not None and self._batcher is not None
+        if not responses:
+            return ScoreResult([], [], 0)
+        loop = asyncio.get_running_loop()
+        try:
+            encoded = await loop.run_in_executor(
+                self._encoder, _encode_all, self.scorer, messages, responses
+            )
+        except RewardError:
+            raise
+        except Exception as exc:  # bad content parts, templates refusing the dialogue
+            raise RewardInputError(f"cannot format the dialogue for scoring: {exc}") from exc
+        scores = await self._batcher.submit([pair.ids for pair in encoded])
+        if not all(math.isfinite(score) for score in scores):
+            raise RewardError(f"reward model produced non-finite scores: {scores}")
+        return ScoreResult(
+            scores=scores,
+            truncated=[pair.truncated for pair in encoded],
+            prompt_tokens=sum(len(pair.ids) for pair in encoded),
+        )
+
+
+def _encode_all(
+    scorer: RewardScorer, messages: Sequence[Mapping[str, Any]], responses: Sequence[str]
+) -> list[EncodedPair]:
+    return [scorer.encode(messages, response) for response in responses]
+
+
+def _consume_exception(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # kept in load_error; avoids "exception was never retrieved"

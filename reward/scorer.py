@@ -1,0 +1,235 @@
+"""Score (prompt, response) pairs with a sequence-classification reward model, batch-invariantly.
+
+The score of a response is the raw logit (no sigmoid) of the model's single label, read at the
+last token the reward model's own chat template produces for ``[*prompt messages, assistant
+response]`` (no generation prompt): for Llama-3 style templates that is the end-of-turn token that
+closes the assistant's reply.
+
+The padding pitfall: Hugging Face's ``*ForSequenceClassification`` pools at "the rightmost token
+that is not the pad id". When a model's pad token *is* its end-of-turn token (FsfairX-LLaMA3-RM,
+several Skywork checkpoints), that rule silently skips the closing token and reads one position
+earlier, and older releases read before the *first* end-of-turn, i.e. inside the prompt. We never
+let the pad id choose the position: sequences are right-padded (real tokens keep positions
+``0..n-1`` exactly as when scored alone; causal attention keeps pads out of them), the base model
+returns hidden states, and the head is applied to the hidden state at index ``n - 1`` of each
+sequence. Batched scores therefore equal one-at-a-time scores (tests pin this in fp32 at 1e-4).
+Architectures without a ``score`` head (encoder models pooling a CLS token, custom heads) are
+scored one sequence per forward pass, which is exact whatever their pooling does.
+
+This module imports torch; import it only where a model runs (worker, in-process backend).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["EncodedPair", "RewardScorer", "flatten_content", "resolve_device", "resolve_dtype"]
+
+logger = logging.getLogger(__name__)
+
+# A tokenizer's model_max_length above this means "unset" (transformers stores 1e30 for that).
+_UNSET_LENGTH = 10**8
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedPair:
+    """Token ids of one templated (prompt, response) pair, after truncation."""
+
+    ids: list[int]
+    truncated: bool
+
+
+def flatten_content(content: Any) -> str:
+    """OpenAI message content as plain text: a string, or the text parts of a parts list joined.
+
+    Reward-model chat templates expect a string; non-text parts (images, audio) cannot be scored
+    by a text reward model and are refused rather than silently dropped.
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        texts = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text":
+                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+                raise ValueError(f"message content part of type {kind!r} cannot be scored")
+            texts.append(str(part.get("text", "")))
+        return "".join(texts)
+    raise ValueError(f"message content must be a string or a list of parts, not {content!r}")
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` picks CUDA when available, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto``: bfloat16 (or float16) on a GPU, float32 on CPU where half precision is slow."""
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    resolved = getattr(torch, dtype, None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; use auto, bfloat16, float16 or float32")
+    return resolved
+
+
+class RewardScorer:
+    """A loaded reward model: ``encode`` turns a pair into ids, ``forward`` scores a batch of ids.
+
+    ``forward`` is synchronous and not thread-safe; the batcher calls it from one thread.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str,
+        label_index: int | None = None,
+        max_length: int | None = None,
+    ) -> None:
+        num_labels = int(model.config.num_labels)
+        if label_index is None:
+            if num_labels != 1:
+                labels = getattr(model.config, "id2label", None) or {}
+                raise ValueError(
+                    f"{name} has {num_labels} labels ({', '.join(map(str, labels.values()))}); "
+                    "a reward model has one — pass --label-index to pick the reward logit"
+                )
+            label_index = 0
+        elif not 0 <= label_index < num_labels:
+            raise ValueError(f"--label-index {label_index} is out of range for {num_labels} labels")
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"{name}'s tokenizer has no chat template; cannot format a dialogue")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.label_index = label_index
+        self.max_length = max_length or _model_max_length(model, tokenizer)
+        self.device = next(model.parameters()).device
+        self._pad_id = _padding_id(tokenizer)
+        head = getattr(model, "score", None)
+        self._head = head if isinstance(head, torch.nn.Module) else None
+        self._base = getattr(model, getattr(model, "base_model_prefix", ""), None)
+        if self._head is None or self._base is None:
+            logger.warning(
+                "%s has no `score` head on a base model; scoring one sequence per forward pass",
+                name,
+            )
+        if model.config.pad_token_id is None:
+            # Only silences transformers' "no padding token" refusal: we pick positions ourselves.
+            model.config.pad_token_id = self._pad_id
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        label_index: int | None = None,
+        max_length: int | None = None,
+    ) -> RewardScorer:
+        """Load from a local directory or a hub id (cached or downloadable)."""
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        target = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, target)
+        use_flash = target.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        network = AutoModelForSequenceClassification.from_pretrained(
+            model,
+            dtype=torch_dtype,
+            attn_implementation="flash_attention_2" if use_flash else "sdpa",
+        )
+        network.to(target).eval()
+        return cls(network, tokenizer, name=model, label_index=label_index, max_length=max_length)
+
+    # -- encoding -------------------------------------------------------------------------------
+
+    def encode(self, messages: Sequence[Mapping[str, Any]], response: str) -> EncodedPair:
+        """Apply the chat template to the dialogue ending in ``response`` and tokenize it.
+
+        Over-long pairs keep their end (the response and the closing token are what is scored) and
+        the leading BOS token, dropping the oldest prompt tokens; ``truncated`` records it.
+        """
+        dialogue = [
+            {**message, "content": flatten_content(message.get("content"))} for message in messages
+        ]
+        dialogue.append({"role": "assistant", "content": response})
+        text = self.tokenizer.apply_chat_template(
+            dialogue, tokenize=False, add_generation_prompt=False
+        )
+        bos = self.tokenizer.bos_token
+        add_special = not (bos and text.startswith(bos))  # templates usually write BOS themselves
+        ids = list(self.tokenizer(text, add_special_tokens=add_special)["input_ids"])
+        if len(ids) <= self.max_length:
+            return EncodedPair(ids, truncated=False)
+        head = ids[:1] if ids[0] == self.tokenizer.bos_token_id else []
+        tail = ids[len(ids) - (self.max_length - len(head)) :]
+        return EncodedPair(head + tail, truncated=True)
+
+    # -- scoring --------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def forward(self, batch: Sequence[Sequence[int]]) -> list[float]:
+        """Raw reward logits for a batch of token-id sequences, in input order."""
+        if not batch:
+            return []
+        if self._head is None or self._base is None:
+            return [self._forward_padded([ids])[0] for ids in batch]
+        return self._forward_padded(batch)
+
+    def _forward_padded(self, batch: Sequence[Sequence[int]]) -> list[float]:
+        lengths = [len(ids) for ids in batch]
+        if min(lengths) == 0:
+            raise ValueError("cannot score an empty token sequence")
+        width = max(lengths)
+        input_ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, ids in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, : len(ids)] = 1
+        input_ids = input_ids.to(self.device)
+        attention_mask = attention_mask.to(self.device)
+        last = torch.tensor(lengths, device=self.device) - 1
+        rows = torch.arange(len(batch), device=self.device)
+        if self._head is None or self._base is None:
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        else:
+            hidden = self._base(input_ids=input_ids, attention_mask=attention_mask)
+            logits = self._head(hidden.last_hidden_state[rows, last])
+        scores = logits[:, self.label_index].float().cpu().tolist()
+        bad = [score for score in scores if not math.isfinite(score)]
+        if bad:
+            raise FloatingPointError(f"reward model produced non-finite scores {bad[:3]}")
+        return scores
+
+
+def _padding_id(tokenizer: Any) -> int:
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def _model_max_length(model: Any, tokenizer: Any) -> int:
+    limits = [int(tokenizer.model_max_length)] if tokenizer.model_max_length else []
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if positions:
+        limits.append(int(positions))
+    limits = [limit for limit in limits if 0 < limit < _UNSET_LENGTH]
+    return min(limits) if limits else 4096

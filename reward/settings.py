@@ -1,0 +1,33 @@
+"""Configuration of the reward worker: one object built at start-up (CLI flags or environment)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["WorkerSettings"]
+
+
+class WorkerSettings(BaseSettings):
+    """``pandora reward-worker`` options; each can also come from ``PANDORA_REWARD_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="PANDORA_REWARD_", protected_namespaces=())
+
+    model: str = Field(description="Local path or hub id of a sequence-classification model.")
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    label_index: int | None = Field(None, ge=0, description="Logit to use for multi-label models.")
+    max_length: int | None = Field(None, ge=8, description="Token limit; default: the model's.")
+    max_batch_size: int = Field(32, ge=1)
+    max_batch_tokens: int = Field(16384, ge=1)
+    max_wait_ms: float = Field(5.0, ge=0)
+    max_responses: int = Field(1024, ge=1, description="Responses accepted in one request.")
+    served_model_name: str | None = Field(None, description="Name reported as `model`.")
+    host: str = "0.0.0.0"
+    port: int = Field(8081, ge=0, le=65535)
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model
