@@ -31,7 +31,6 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["FAMILIES", "SynthSpec", "generate"]
 
@@ -122,6 +121,8 @@ def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         raw = rng.gumbel(0.0, 1.0, size)
         return (raw - np.euler_gamma) / (math.pi / math.sqrt(6.0))
     if family == "skew-normal":
+        from scipy import stats  # only this family needs scipy.stats (slow to import)
+
         dist = stats.skewnorm(_SKEW_SHAPE)
         mean, var = dist.stats(moments="mv")
         return (dist.rvs(size=size, random_state=rng) - mean) / math.sqrt(var)

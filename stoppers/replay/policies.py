@@ -1,0 +1,130 @@
+"""Which policies replay can run, how to build them, and which have a vectorised fast path.
+
+Every CLI policy name maps to a :class:`~stoppers.base.StoppingPolicy` class exported by
+``stoppers``. The per-object loop builds that class; the fast path (AdaptiveBestOfN and
+TargetAcceptance) calls the very same decision kernel the class uses,
+:func:`stoppers.adaptive_math.cost_decision` / :func:`~stoppers.adaptive_math.target_decision`,
+with the parameters taken from the constructor call (explicit values, else the class's own
+defaults read from its signature), so the two paths cannot disagree on a setting.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stoppers.replay.batch import PromptBatch
+from stoppers.replay.loop import PolicyFactory
+from stoppers.replay.streaming import Decider, StreamStats
+
+__all__ = ["PolicyChoice", "available_policies", "resolve_policy"]
+
+# Keyword arguments of the kernel that come from the policy's constructor.
+_KERNEL_KWARGS = ("alpha", "delta", "min_samples", "percentile", "delta_schedule", "empty_tail")
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    name: str  # CLI name
+    class_name: str  # exported by ``stoppers``
+    parameter: str  # "cost" or "target": what the experiment varies
+    fast: str | None = None  # "cost" / "target": kernel fast path; None: loop only
+    median: str = "mean"  # the kernel's median convention (np.median: mean of the middles)
+
+    @property
+    def has_fast_path(self) -> bool:
+        return self.fast is not None
+
+    def policy_class(self) -> type:
+        stoppers = importlib.import_module("stoppers")
+        cls = getattr(stoppers, self.class_name, None)
+        if cls is None:
+            raise ValueError(
+                f"policy {self.name!r} needs stoppers.{self.class_name}, which this install "
+                "does not provide"
+            )
+        return cls
+
+    def constructor_kwargs(self, value: float, config: Any, budget: int | None) -> dict:
+        """Keyword arguments for the policy class (only those its constructor accepts)."""
+        wanted = {
+            self.parameter: value,
+            "alpha": config.alpha,
+            "delta": config.delta,
+            "min_samples": config.min_samples,
+            "max_samples": budget,
+        }
+        params = inspect.signature(self.policy_class()).parameters
+        accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        return {k: v for k, v in wanted.items() if v is not None and (accepts_any or k in params)}
+
+    def factory(self, value: float, config: Any, batch: PromptBatch) -> PolicyFactory:
+        cls = self.policy_class()
+
+        def build(_prompt: int, budget: int):
+            return cls(**self.constructor_kwargs(value, config, budget))
+
+        return build
+
+    def kernel_kwargs(self, value: float, config: Any) -> dict:
+        """The kernel's parameters exactly as the policy object would use them."""
+        params = inspect.signature(self.policy_class()).parameters
+        explicit = self.constructor_kwargs(value, config, None)
+        out = {self.parameter: value}
+        for name in _KERNEL_KWARGS:
+            if name in explicit:
+                out[name] = explicit[name]
+            elif name in params and params[name].default is not inspect.Parameter.empty:
+                out[name] = params[name].default
+        return out
+
+    def decider(self, value: float, config: Any) -> Decider:
+        if self.fast is None:
+            raise ValueError(f"policy {self.name!r} has no vectorised path")
+        from stoppers import adaptive_math
+
+        kernel = (
+            adaptive_math.cost_decision if self.fast == "cost" else adaptive_math.target_decision
+        )
+        kwargs = self.kernel_kwargs(value, config)
+
+        def decide(s: StreamStats) -> np.ndarray:
+            decision = kernel(
+                s.n.astype(np.float64),
+                s.median,
+                s.tail_count.astype(np.float64),
+                s.tail_sum,
+                s.reference,
+                s.best,
+                **kwargs,
+            )
+            return np.asarray(decision.stop, dtype=bool)
+
+        return decide
+
+
+_CHOICES = {
+    "adaptive": PolicyChoice("adaptive", "AdaptiveBestOfN", "cost", fast="cost"),
+    "target": PolicyChoice("target", "TargetAcceptance", "target", fast="target"),
+    "ucb-exp": PolicyChoice("ucb-exp", "UCBExponential", "cost"),
+    "beacon": PolicyChoice("beacon", "Beacon", "cost"),
+    "patience": PolicyChoice("patience", "Patience", "cost"),
+}
+
+
+def available_policies() -> tuple[str, ...]:
+    return tuple(_CHOICES)
+
+
+def resolve_policy(name: str) -> PolicyChoice:
+    """The :class:`PolicyChoice` for a CLI name; ValueError if unknown or not installed."""
+    try:
+        choice = _CHOICES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(_CHOICES)}") from None
+    choice.policy_class()
+    return choice

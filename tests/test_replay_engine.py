@@ -1,0 +1,143 @@
+"""The replay engine's building blocks against brute force: Fenwick statistics, fixed-N curves,
+the empirical fair cap and Weitzman's oracle, the matched-N interpolation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stoppers.replay.baselines import (
+    empirical_fair_cap,
+    fixed_acceptance_curves,
+    fixed_best,
+    oracle_outcome,
+)
+from stoppers.replay.batch import PromptBatch
+from stoppers.replay.experiments import matched_fixed_n
+from stoppers.replay.fenwick import BatchFenwick
+from stoppers.replay.metrics import acceptance_rate, benchmark
+from stoppers.replay.orderings import orderings
+from stoppers.replay.streaming import run_streaming
+
+
+def test_batch_fenwick_matches_sorting() -> None:
+    rng = np.random.default_rng(0)
+    rows, size = 6, 29
+    tree = BatchFenwick(rows, size)
+    perms = np.array([rng.permutation(size) for _ in range(rows)])
+    weights = rng.random(size)
+    for t in range(size):
+        tree.add(perms[:, t], weights[perms[:, t]])
+        seen = np.sort(perms[:, : t + 1], axis=1)
+        for k in {1, (t + 2) // 2, t + 1}:
+            np.testing.assert_array_equal(tree.kth(np.full(rows, k)), seen[:, k - 1])
+        cut = rng.integers(0, size + 1, rows)
+        count, weight = tree.prefix(cut)
+        prefix = perms[:, : t + 1]
+        np.testing.assert_array_equal(count, (prefix < cut[:, None]).sum(axis=1))
+        expect = np.where(prefix < cut[:, None], weights[prefix], 0.0).sum(axis=1)
+        np.testing.assert_allclose(weight, expect, rtol=1e-12)
+    keep = np.array([True, False, True, True, False, True])
+    tree.keep(keep)
+    np.testing.assert_array_equal(tree.kth(np.full(4, 3)), np.sort(perms[keep], axis=1)[:, 2])
+
+
+@pytest.mark.parametrize("median", ["lower", "upper", "mean"])
+def test_streaming_statistics_equal_brute_force(median: str) -> None:
+    rng = np.random.default_rng(1)
+    # Rounded values: plenty of ties at and around the median.
+    pools = [np.round(rng.normal(size=m), 1) for m in (13, 20, 7)]
+    batch = PromptBatch.build(pools, [0, 1, 2], permutations=4, seed=3, alpha=0.9, max_samples=15)
+    seen = {}
+
+    def record(s):
+        for idx in np.ndindex(s.n.shape):
+            if s.n[idx] > batch.budget[s.row[idx]]:
+                continue  # a block may run past a row's budget; the engine stops it there
+            seen[int(s.row[idx]), int(s.n[idx])] = (
+                s.median[idx],
+                s.tail_count[idx],
+                s.tail_sum[idx] * np.exp(s.reference[idx]),
+                s.best[idx],
+            )
+        return np.zeros(s.n.shape, dtype=bool)
+
+    (out,) = run_streaming(batch, [record], median=median, block=4)
+    np.testing.assert_array_equal(out.n, batch.budget)  # never stops: runs to the budget
+    assert len(seen) == int(batch.budget.sum())
+    for (row, n), (med, count, tail, best) in seen.items():
+        x = batch.values[row, :n]
+        srt = np.sort(x)
+        expect = {"lower": srt[(n + 1) // 2 - 1], "upper": srt[n // 2], "mean": np.median(x)}
+        assert med == pytest.approx(expect[median])
+        above = x[x > expect[median]]
+        assert count == above.size
+        assert tail == pytest.approx(np.exp(above).sum(), rel=1e-12)
+        assert best == x.max()
+
+
+def test_deciders_stop_at_first_true_and_rows_are_independent() -> None:
+    pools = [np.arange(10.0), np.arange(10.0)[::-1].copy()]
+    batch = PromptBatch.build(pools, [0, 1], permutations=3, seed=0, alpha=0.5)
+    at_five = run_streaming(batch, [lambda s: s.n >= 5, lambda s: s.best >= 8.0], block=3)
+    np.testing.assert_array_equal(at_five[0].n, 5)
+    prefix = fixed_best(batch)
+    expect = np.argmax(prefix >= 8.0, axis=1) + 1
+    np.testing.assert_array_equal(at_five[1].n, expect)
+    np.testing.assert_array_equal(at_five[1].best, prefix[np.arange(batch.rows), expect - 1])
+
+
+def test_orderings_are_seeded_per_prompt_and_uniform() -> None:
+    a = orderings(5, 4000, seed=1, prompt_index=3)
+    np.testing.assert_array_equal(a, orderings(5, 4000, seed=1, prompt_index=3))
+    assert not np.array_equal(a, orderings(5, 4000, seed=1, prompt_index=4))
+    assert (np.sort(a, axis=1) == np.arange(5)).all()
+    first = np.bincount(a[:, 0], minlength=5) / 4000
+    assert np.abs(first - 0.2).max() < 0.03
+
+
+def test_fixed_curves_are_monotone_and_exact() -> None:
+    rng = np.random.default_rng(2)
+    pools = [rng.normal(size=40), np.round(rng.normal(size=25), 1), rng.gumbel(size=40)]
+    batch = PromptBatch.build(pools, [0, 1, 2], permutations=50, seed=0, alpha=0.99)
+    curves = fixed_acceptance_curves(batch)
+    assert curves.shape == (3, 40)
+    assert (np.diff(curves, axis=1) >= 0).all()
+    # N = whole pool keeps the pool's max: acceptance exactly 1 (the max is >= kappa).
+    np.testing.assert_allclose(curves[:, -1], 1.0)
+    # Brute force for one N on prompt 1 (budget 25: N past it keeps the whole pool).
+    values = batch.values[batch.prompt == 1]
+    n = 7
+    expect = acceptance_rate(values[:, :n].max(axis=1), benchmark(pools[1], 0.99)).mean()
+    assert curves[1, n - 1] == pytest.approx(expect)
+    assert curves[1, 30] == curves[1, 24]
+
+
+def test_empirical_fair_cap_solves_its_equation() -> None:
+    rng = np.random.default_rng(3)
+    u = np.concatenate([rng.random(50), np.ones(5), np.full(10, 0.2)])
+    for cost in (1e-4, 1e-3, 0.01, 0.1, 0.6):
+        tau = empirical_fair_cap(u, cost)
+        assert np.mean(np.maximum(u - tau, 0.0)) == pytest.approx(cost, rel=1e-9, abs=1e-12)
+
+
+def test_oracle_beats_every_fixed_n_on_exponential_rewards() -> None:
+    rng = np.random.default_rng(4)
+    pools = [rng.exponential(scale, size=300) for scale in (0.5, 1.0, 2.0, 3.0)]
+    batch = PromptBatch.build(pools, range(4), permutations=200, seed=5, alpha=0.99)
+    curves = fixed_acceptance_curves(batch)  # (prompts, N)
+    n_grid = np.arange(1, batch.horizon + 1)
+    for cost in (0.02, 0.005, 0.001):
+        oracle = oracle_outcome(batch, cost)
+        profit = batch.per_prompt(batch.acceptance(oracle) - cost * oracle.n).mean(axis=1)
+        best_fixed = (curves - cost * n_grid).max(axis=1)
+        assert (profit > best_fixed).all(), (cost, profit, best_fixed)
+
+
+def test_matched_fixed_n_interpolates() -> None:
+    curve = np.array([0.5, 0.7, 0.8, 0.8, 0.9])
+    assert matched_fixed_n(curve, 0.4) == (1.0, False)
+    assert matched_fixed_n(curve, 0.6) == (pytest.approx(1.5), False)
+    assert matched_fixed_n(curve, 0.8) == (3.0, False)  # first N reaching it
+    assert matched_fixed_n(curve, 0.85) == (pytest.approx(4.5), False)
+    assert matched_fixed_n(curve, 0.95) == (5.0, True)
