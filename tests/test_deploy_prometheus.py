@@ -1,0 +1,307 @@
+"""A real Prometheus server scrapes a real gateway during a burst of traffic; then every PromQL
+expression of the "Saved generations" dashboard and of the alert rules runs through
+Prometheus's HTTP API: each must be valid, and each dashboard query must return a series.
+
+Prometheus is Debian's package binary (installed by .ci/run), on a free loopback port with a
+temporary data directory and a 1 s scrape interval. The gateway runs on uvicorn against the
+fake upstream (real HTTP) and the fake reward backend, with the repo's own alert rules loaded.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.fakes import FakeReward, FakeUpstream, Fault, free_port
+from tests.fakes.gateway import GatewayServer, start_gateway
+from tests.fakes.policies import StopAbove
+from tests.test_deploy_static import alert_rules, dashboard_exprs, dashboard_panels
+
+REPO = Path(__file__).resolve().parents[1]
+ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
+JOB = "pandora-gateway"  # the job name of deploy/prometheus/prometheus.yml (alerts select it)
+
+# Grafana's variables, replaced the way Grafana would for a dashboard opened on this test's
+# few seconds of data: windows wide enough to cover the whole run.
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "1m",
+    "$__range": "5m",
+    "$__interval": "1s",
+    "$mode": ".*",
+}
+
+
+def grafana_to_promql(expr: str) -> str:
+    for variable, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(variable, value)
+    assert "$" not in expr, f"unknown Grafana variable left in {expr!r}"
+    return expr
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    with FakeUpstream(tokens=6, token_delay=0.001) as fake:
+        yield fake
+
+
+def stop_above_half(plan) -> StopAbove:
+    """The stopping rule is injected (a threshold on the fake reward) so that this test checks
+    the metrics pipeline, independent of how the real stoppers are tuned."""
+    return StopAbove(0.5, max_samples=plan.max_samples)
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: FakeUpstream) -> Iterator[GatewayServer]:
+    server = start_gateway(
+        upstream,
+        FakeReward(),
+        policy_factory=stop_above_half,
+        max_samples=8,
+        parallelism=2,
+        upstream_retries=0,
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Prometheus:
+    def __init__(self, url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+        self.url = url
+        self.process = process
+        self.log = log
+        self.http = httpx.Client(base_url=url, timeout=10)
+
+    def query(self, promql: str) -> dict:
+        response = self.http.post("/api/v1/query", data={"query": promql})
+        body = response.json()
+        assert response.status_code == 200 and body["status"] == "success", (
+            f"{promql!r} -> {response.status_code} {body.get('errorType')}: {body.get('error')}"
+        )
+        return body["data"]
+
+    def value(self, promql: str) -> float | None:
+        result = self.query(promql)["result"]
+        return float(result[0]["value"][1]) if result else None
+
+    def wait_for(self, promql: str, predicate, timeout: float, what: str) -> float:
+        deadline = time.monotonic() + timeout
+        value = None
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"prometheus exited:\n{self.log.read_text()}"
+            value = self.value(promql)
+            if value is not None and predicate(value):
+                return value
+            time.sleep(0.25)
+        raise AssertionError(f"timed out waiting for {what}: {promql} = {value}")
+
+
+@pytest.fixture(scope="module")
+def prometheus(
+    gateway: GatewayServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus not found: install Debian's `prometheus` package (.ci/run does)"
+    workdir = tmp_path_factory.mktemp("prometheus")
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(ALERTS)],
+        "scrape_configs": [
+            {
+                "job_name": JOB,
+                "static_configs": [{"targets": [f"127.0.0.1:{gateway.port}"]}],
+            }
+        ],
+    }
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = workdir / "prometheus.log"
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+        )
+    server = Prometheus(f"http://127.0.0.1:{port}", process, log)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, f"prometheus exited:\n{log.read_text()}"
+            try:
+                if server.http.get("/-/ready").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"prometheus not ready:\n{log.read_text()}"
+            time.sleep(0.1)
+        yield server
+    finally:
+        server.http.close()
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+# The burst: every mode, a client error and upstream failures, so that each panel has data.
+def _chat(client: httpx.Client, headers: dict[str, str], seed: int) -> int:
+    body = {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": f"question {seed}"}],
+        "max_tokens": 8,
+        "seed": seed,
+    }
+    return client.post("/v1/chat/completions", json=body, headers=headers).status_code
+
+
+@pytest.fixture(scope="module")
+def traffic(
+    prometheus: Prometheus, gateway: GatewayServer, upstream: FakeUpstream
+) -> dict[int, int]:
+    prometheus.wait_for(f'up{{job="{JOB}"}}', lambda v: v == 1, 30, "the gateway target")
+    statuses: dict[int, int] = {}
+    modes = [
+        {},  # the server default: adaptive
+        {"X-Pandora-Mode": "adaptive", "X-Pandora-Cost": "0.2"},
+        {"X-Pandora-Target-Acceptance": "0.5"},
+        {"X-Pandora-Mode": "fixed", "X-Pandora-Max-Samples": "3"},
+        {"X-Pandora-Mode": "off"},
+    ]
+    with (
+        httpx.Client(base_url=gateway.url, timeout=30) as client,
+        concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool,
+    ):
+        deadline = time.monotonic() + 4.0  # spread over several scrapes
+        seed = 0
+        while time.monotonic() < deadline and seed < 400:
+            batch = [
+                pool.submit(_chat, client, modes[(seed + i) % len(modes)], seed + i)
+                for i in range(12)
+            ]
+            for future in batch:
+                status = future.result(timeout=30)
+                statuses[status] = statuses.get(status, 0) + 1
+            seed += 12
+        # A client error, and a request whose only candidate fails upstream (502).
+        status = _chat(client, {"X-Pandora-Cost": "7"}, 0)
+        statuses[status] = statuses.get(status, 0) + 1
+        upstream.inject(Fault("status", status=500), times=1)
+        status = _chat(client, {"X-Pandora-Max-Samples": "1"}, 1)
+        statuses[status] = statuses.get(status, 0) + 1
+    assert upstream.wait_idle()
+    # Wait until Prometheus has scraped the final counters.
+    sent = sum(statuses.values())
+    prometheus.wait_for(
+        f'sum(pandora_requests_total{{job="{JOB}"}})', lambda v: v >= sent, 20, "the last scrape"
+    )
+    return statuses
+
+
+# --- tests -------------------------------------------------------------------------------------
+
+
+def test_the_burst_exercised_success_client_errors_and_upstream_failures(
+    traffic: dict[int, int],
+) -> None:
+    assert traffic.get(200, 0) >= 40, traffic
+    assert traffic.get(400) == 1, traffic
+    assert traffic.get(502) == 1, traffic
+
+
+def test_scraped_counters_equal_the_gateway_registry(
+    traffic: dict[int, int], prometheus: Prometheus, gateway: GatewayServer
+) -> None:
+    for name, labels in [
+        ("pandora_samples_saved_total", {}),
+        ("pandora_requests_total", {"mode": "off", "status": "200"}),
+        ("pandora_requests_total", {"mode": "adaptive", "status": "502"}),
+        ("pandora_candidates_total", {"outcome": "scored"}),
+        ("pandora_tokens_total", {"kind": "completion"}),
+        ("pandora_upstream_errors_total", {"kind": "server_error"}),
+    ]:
+        selector = ",".join([f'job="{JOB}"', *(f'{k}="{v}"' for k, v in labels.items())])
+        scraped = prometheus.value(f"{name}{{{selector}}}")
+        assert scraped == gateway.metric(name, **labels), (name, labels)
+    assert gateway.metric("pandora_samples_saved_total") > 0
+    assert gateway.metric("pandora_upstream_errors_total", kind="server_error") >= 1
+
+
+@pytest.mark.parametrize("expr", dashboard_exprs())
+def test_every_dashboard_query_is_valid_and_returns_a_series(
+    expr: str, traffic: dict[int, int], prometheus: Prometheus
+) -> None:
+    data = prometheus.query(grafana_to_promql(expr))
+    assert data["resultType"] == "vector"
+    assert data["result"], f"no series for {expr!r}"
+
+
+def test_dashboard_figures_are_consistent_with_the_traffic(
+    traffic: dict[int, int], prometheus: Prometheus
+) -> None:
+    """Not just some series: the savings panels show numbers that make sense."""
+    by_title = {p["title"]: p for p in dashboard_panels()}
+
+    def stat(title: str) -> float:
+        (target,) = by_title[title]["targets"]
+        value = prometheus.value(grafana_to_promql(target["expr"]))
+        assert value is not None and math.isfinite(value), (title, value)
+        return value
+
+    share = stat("Saved share")
+    assert 0 < share < 1
+    assert stat("Generations saved") > 0
+    # Baseline N: the gateway counts savings against max-samples = 8.
+    assert stat("Baseline N") == pytest.approx(8, rel=1e-6)
+    assert 1 <= stat("Samples per request") <= 8
+    assert stat("Requests") >= sum(traffic.values()) * 0.9
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda rule: rule["alert"])
+def test_every_alert_expression_is_valid(
+    rule: dict, traffic: dict[int, int], prometheus: Prometheus
+) -> None:
+    data = prometheus.query(rule["expr"])
+    assert data["resultType"] == "vector"
+
+
+def test_prometheus_loaded_and_evaluates_every_alert_rule(
+    traffic: dict[int, int], prometheus: Prometheus
+) -> None:
+    expected = {rule["alert"] for rule in alert_rules()}
+    deadline = time.monotonic() + 10
+    while True:
+        groups = prometheus.http.get("/api/v1/rules").json()["data"]["groups"]
+        rules = {rule["name"]: rule for group in groups for rule in group["rules"]}
+        evaluated = {
+            name for name, rule in rules.items() if rule.get("lastEvaluation", "").startswith("2")
+        }
+        if expected <= evaluated or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    assert set(rules) == expected
+    for name, rule in rules.items():
+        assert rule["health"] == "ok", (name, rule.get("lastError"))
+        # A healthy burst pages nobody (the upstream failure was one request in many).
+        assert rule["state"] == "inactive", (name, rule["state"], rule.get("alerts"))
