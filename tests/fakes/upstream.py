@@ -71,12 +71,15 @@ class FakeUpstream:
         first_token_delay: float = 0.0,
         model: str = "fake-model",
         content: Callable[[dict[str, Any], int], str] | None = None,
+        token_delay_rule: Callable[[int, dict[str, Any]], float] | None = None,
     ) -> None:
         self.tokens = tokens
         self.token_delay = token_delay
         self.first_token_delay = first_token_delay
         self.model = model
         self.content = content
+        # (request index, body) -> per-token delay for that request (overrides token_delay)
+        self.token_delay_rule = token_delay_rule
         self.fault_rule: Callable[[int, dict[str, Any]], Fault | None] | None = None
         self.requests: list[dict[str, Any]] = []  # chat bodies received, in order
         self.request_count = 0
@@ -251,7 +254,7 @@ class FakeUpstream:
             await asyncio.sleep(self.first_token_delay + self.token_delay * len(pieces))
             await _send_json(writer, 200, self._completion(data, text, prompt_tokens, pieces))
             return True
-        return await self._stream(data, pieces, prompt_tokens, fault, reader, writer)
+        return await self._stream(index, data, pieces, prompt_tokens, fault, reader, writer)
 
     def _content(self, data: dict[str, Any], index: int) -> str:
         if self.content is not None:
@@ -285,6 +288,7 @@ class FakeUpstream:
 
     async def _stream(
         self,
+        index: int,
         data: dict[str, Any],
         pieces: list[str],
         prompt_tokens: int,
@@ -321,8 +325,11 @@ class FakeUpstream:
             frames.append(_frame(b"[DONE]"))
             if fault is not None:
                 frames = _apply_fault(fault, frames)
+            token_delay = self.token_delay
+            if self.token_delay_rule is not None:
+                token_delay = self.token_delay_rule(index, data)
             for i, frame in enumerate(frames):
-                delay = self.first_token_delay if i == 1 else self.token_delay if i > 1 else 0
+                delay = self.first_token_delay if i == 1 else token_delay if i > 1 else 0
                 if frame is None:  # hang or reset marker
                     if fault is not None and fault.kind == "reset":
                         writer.transport.abort()
@@ -382,12 +389,16 @@ def _chunk(base: dict[str, Any], delta: dict[str, Any], finish: str | None) -> d
 
 
 def _split(text: str, tokens: int) -> list[str]:
+    """Exactly ``tokens`` pieces (fewer only if the text has fewer words): one per "token"."""
     words = text.split(" ")
-    if tokens <= 1 or len(words) <= 1:
-        return [text]
-    size = max(1, -(-len(words) // tokens))
-    groups = [" ".join(words[i : i + size]) for i in range(0, len(words), size)]
-    return [g if i == 0 else " " + g for i, g in enumerate(groups)]
+    count = max(1, min(tokens, len(words)))
+    size, extra = divmod(len(words), count)
+    pieces, start = [], 0
+    for i in range(count):
+        end = start + size + (i < extra)
+        pieces.append(("" if i == 0 else " ") + " ".join(words[start:end]))
+        start = end
+    return pieces
 
 
 def _error(message: str) -> dict[str, Any]:

@@ -1,0 +1,329 @@
+"""The embedded default: generate and score in this process (no ``--upstream-url``).
+
+The generator is exposed as an ``httpx`` transport that speaks the same OpenAI protocol as vLLM
+(``POST /chat/completions`` streamed or not, ``GET /models``), so the gateway has one code path
+whatever the upstream. Generation runs on one worker thread (a CPU laptop gains nothing from
+interleaving), one candidate at a time; closing a candidate's stream sets a flag that a
+``StoppingCriteria`` checks after every token, so cancelled candidates stop at once.
+
+torch and transformers are imported only when a model loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from server.config import Settings
+
+__all__ = [
+    "EmbeddedLoadError",
+    "LocalChatTransport",
+    "LocalGenerator",
+    "build_embedded",
+    "build_local_reward",
+]
+
+DEFAULT_MAX_TOKENS = 256
+OFFLINE_HINT = (
+    "without Hugging Face hub access pass local model directories "
+    "(--generator-model /path/to/chat-model --reward-model /path/to/reward-model), "
+    "point at a server (--upstream-url http://host:8000/v1), or try the offline demo "
+    "with --demo-tiny-models (random text)"
+)
+
+
+class EmbeddedLoadError(RuntimeError):
+    """A model for the embedded default could not be loaded (message is one clear line)."""
+
+
+@dataclass
+class GenerationResult:
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class LocalGenerator:
+    """A causal LM with its tokenizer and chat template, sampling one reply at a time."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+
+    @classmethod
+    def from_pretrained(cls, path: str, *, device: str = "auto") -> LocalGenerator:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").to(device).eval()
+        return cls(model, tokenizer, name=path)
+
+    def generate(
+        self,
+        body: dict[str, Any],
+        on_text: Callable[[str], None],
+        cancelled: threading.Event,
+    ) -> GenerationResult:
+        """Blocking: sample one reply to ``body`` (OpenAI fields); ``on_text`` gets each piece."""
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers.generation.streamers import BaseStreamer
+
+        messages = [
+            {"role": m.get("role", "user"), "content": _text(m.get("content"))}
+            for m in body.get("messages", [])
+        ]
+        prompt = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+        inputs = {k: v.to(self.model.device) for k, v in inputs.items()}
+        prompt_tokens = int(inputs["input_ids"].shape[1])
+        if cancelled.is_set():
+            return GenerationResult("stop", prompt_tokens, 0)
+        max_new = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
+        max_new = max_new or DEFAULT_MAX_TOKENS
+        temperature = body.get("temperature")
+        temperature = 1.0 if temperature is None else float(temperature)
+        options: dict[str, Any] = {"max_new_tokens": max_new, "do_sample": temperature > 0}
+        if temperature > 0:
+            options["temperature"] = temperature
+            if body.get("top_p") is not None:
+                options["top_p"] = float(body["top_p"])
+            if body.get("top_k") is not None:
+                options["top_k"] = int(body["top_k"])
+        tokenizer = self.tokenizer
+
+        class Streamer(BaseStreamer):
+            def __init__(self) -> None:
+                self.ids: list[int] = []
+                self.sent = ""
+                self.first = True
+
+            def put(self, value: Any) -> None:
+                if self.first:  # the prompt
+                    self.first = False
+                    return
+                self.ids.extend(int(t) for t in value.reshape(-1).tolist())
+                text = tokenizer.decode(self.ids, skip_special_tokens=True)
+                if len(text) > len(self.sent) and not text.endswith("\ufffd"):
+                    on_text(text[len(self.sent) :])
+                    self.sent = text
+
+            def end(self) -> None:
+                pass
+
+        class Cancelled(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                return torch.full(
+                    (input_ids.shape[0],),
+                    cancelled.is_set(),
+                    dtype=torch.bool,
+                    device=input_ids.device,
+                )
+
+        streamer = Streamer()
+        with torch.inference_mode():
+            if isinstance(body.get("seed"), int):
+                torch.manual_seed(body["seed"])
+            output = self.model.generate(
+                **inputs,
+                **options,
+                streamer=streamer,
+                stopping_criteria=StoppingCriteriaList([Cancelled()]),
+                pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+            )
+        completion = int(output.shape[1]) - prompt_tokens
+        reason = "length" if completion >= max_new else "stop"
+        return GenerationResult(reason, prompt_tokens, completion)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts: keep the text ones
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+class _SSEStream(httpx.AsyncByteStream):
+    def __init__(self, events: AsyncIterator[bytes], cancelled: threading.Event) -> None:
+        self.events = events
+        self.cancelled = cancelled
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for event in self.events:
+            yield event
+
+    async def aclose(self) -> None:
+        self.cancelled.set()
+        await self.events.aclose()  # type: ignore[attr-defined]
+
+
+class LocalChatTransport(httpx.AsyncBaseTransport):
+    """An in-process OpenAI-compatible server for one :class:`LocalGenerator`."""
+
+    def __init__(self, generator: LocalGenerator) -> None:
+        self.generator = generator
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path.rstrip("/")
+        if request.method == "GET" and path.endswith("/models"):
+            data = {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.generator.name,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "pandora-embedded",
+                    }
+                ],
+            }
+            return httpx.Response(200, json=data)
+        if request.method == "POST" and path.endswith("/chat/completions"):
+            body = json.loads(await request.aread())
+            if body.get("stream"):
+                cancelled = threading.Event()
+                return httpx.Response(
+                    200,
+                    headers={"content-type": "text/event-stream"},
+                    stream=_SSEStream(self._events(body, cancelled), cancelled),
+                )
+            return httpx.Response(200, json=await self._complete(body))
+        return httpx.Response(404, json={"error": {"message": f"no route {path}"}})
+
+    async def _run(
+        self, body: dict[str, Any], cancelled: threading.Event
+    ) -> tuple[asyncio.Queue[str | None], asyncio.Future[GenerationResult]]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def on_text(text: str) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, text)
+
+        def work() -> GenerationResult:
+            try:
+                return self.generator.generate(body, on_text, cancelled)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        future = loop.run_in_executor(self.generator.executor, work)
+        return queue, future
+
+    async def _events(self, body: dict[str, Any], cancelled: threading.Event):
+        base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.generator.name,
+        }
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return b"data: " + json.dumps({**base, "choices": [choice]}).encode() + b"\n\n"
+
+        queue, future = await self._run(body, cancelled)
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            while (text := await queue.get()) is not None:
+                yield chunk({"content": text})
+            try:
+                result = await future
+            except Exception as exc:  # reported in-stream, as vLLM does
+                error = {"error": {"message": f"generation failed: {exc}", "type": "server_error"}}
+                yield b"data: " + json.dumps(error).encode() + b"\n\n"
+                return
+            yield chunk({}, result.finish_reason)
+            usage = {
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": result.completion_tokens,
+                "total_tokens": result.prompt_tokens + result.completion_tokens,
+            }
+            yield b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            cancelled.set()
+
+    async def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        cancelled = threading.Event()
+        queue, future = await self._run(body, cancelled)
+        parts: list[str] = []
+        try:
+            while (text := await queue.get()) is not None:
+                parts.append(text)
+            result = await future
+        finally:
+            cancelled.set()
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.generator.name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "".join(parts)},
+                    "finish_reason": result.finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": result.completion_tokens,
+                "total_tokens": result.prompt_tokens + result.completion_tokens,
+            },
+        }
+
+
+# -- building the embedded default ----------------------------------------------------------
+def _load_error(what: str, name: str, exc: BaseException) -> EmbeddedLoadError:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return EmbeddedLoadError(f"cannot load the {what} {name!r} ({reason[:200]}); {OFFLINE_HINT}")
+
+
+def build_local_reward(settings: Settings, model: str):
+    """The in-process reward backend, loaded now so a bad model stops start-up clearly."""
+    from reward.local import LocalRewardBackend
+    from reward.scorer import RewardScorer
+
+    try:
+        scorer = RewardScorer.from_pretrained(model, device=settings.device)
+    except Exception as exc:
+        raise _load_error("reward model", model, exc) from None
+    return LocalRewardBackend(model, device=settings.device, scorer=scorer)
+
+
+def build_embedded(settings: Settings):
+    """(upstream client, reward backend) for the embedded default, models loaded eagerly."""
+    generator_model, reward_model = settings.generator_model, settings.reward_model
+    if settings.demo_tiny_models:
+        from server.demo_models import demo_model_paths
+
+        generator_model, reward_model = (str(p) for p in demo_model_paths())
+    try:
+        generator = LocalGenerator.from_pretrained(generator_model, device=settings.device)
+    except Exception as exc:
+        raise _load_error("generator model", generator_model, exc) from None
+    reward = build_local_reward(settings, reward_model)
+    client = httpx.AsyncClient(
+        transport=LocalChatTransport(generator),
+        base_url="http://embedded/v1",
+        timeout=httpx.Timeout(settings.request_timeout),
+    )
+    return client, reward
