@@ -49,10 +49,10 @@ def create_app(
     settings: WorkerSettings,
     *,
     registry: CollectorRegistry | None = None,
-    scorer: RewardScorer | None = None,
+    load_scorer: Callable[[], RewardScorer] | None = None,
     on_load_failure: Callable[[BaseException], None] | None = None,
 ) -> FastAPI:
-    """Build the worker app. ``scorer`` injects an already loaded model (tests); ``registry``
+    """Build the worker app. ``load_scorer`` replaces how the model loads (tests); ``registry``
     receives the metrics (a fresh one by default); ``on_load_failure`` lets the CLI exit when the
     model cannot load instead of answering 503 forever."""
     registry = registry if registry is not None else CollectorRegistry()
@@ -67,7 +67,7 @@ def create_app(
         max_wait_ms=settings.max_wait_ms,
         max_length=settings.max_length,
         observer=metrics,
-        scorer=scorer,
+        load_scorer=load_scorer,
     )
 
     async def load() -> None:
@@ -104,7 +104,8 @@ def create_app(
         message = first.get("msg", "invalid request")
         if first.get("type") == "json_invalid":
             detail = first.get("ctx", {}).get("error", "")
-            message = f"request body is not valid JSON: {detail} (at character {location[-1]})"
+            where = f" (at character {location[-1]})" if location else ""
+            message = f"request body is not valid JSON: {detail}{where}"
             param = None
         elif param:
             message = f"{param}: {message}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,8 +36,9 @@ class LocalRewardBackend:
     """A :class:`~reward.base.RewardBackend` that runs the reward model in-process.
 
     Loading starts on :meth:`load`, or in the background on the first :meth:`ready`, or on the
-    first :meth:`score` (which waits for it). ``scorer`` injects an already built
-    :class:`~reward.scorer.RewardScorer` (tests, benchmarks) instead of loading ``model``.
+    first :meth:`score` (which waits for it); it runs on a thread. ``load_scorer`` replaces the
+    loading function (tests, benchmarks: e.g. ``lambda: scorer`` for an already loaded
+    :class:`~reward.scorer.RewardScorer`); by default ``model`` is loaded with ``device``/``dtype``.
     """
 
     def __init__(
@@ -52,7 +53,7 @@ class LocalRewardBackend:
         max_wait_ms: float = 5.0,
         max_length: int | None = None,
         observer: BatchObserver | None = None,
-        scorer: RewardScorer | None = None,
+        load_scorer: Callable[[], RewardScorer] | None = None,
     ) -> None:
         self.model = model
         self.device = device
@@ -65,7 +66,8 @@ class LocalRewardBackend:
             "max_wait": max_wait_ms / 1000.0,
             "observer": observer,
         }
-        self.scorer: RewardScorer | None = scorer
+        self.scorer: RewardScorer | None = None
+        self._load_scorer = load_scorer or self._build_scorer
         self.load_error: BaseException | None = None
         self._batcher: DynamicBatcher | None = None
         self._loading: asyncio.Task[None] | None = None
@@ -92,8 +94,7 @@ class LocalRewardBackend:
 
     async def _load(self) -> None:
         try:
-            if self.scorer is None:
-                self.scorer = await asyncio.to_thread(self._build_scorer)
+            self.scorer = await asyncio.to_thread(self._load_scorer)
             self._batcher = DynamicBatcher(self.scorer.forward, **self.batcher_options)
         except BaseException as exc:
             self.load_error = exc
