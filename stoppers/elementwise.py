@@ -1,0 +1,156 @@
+"""Elementwise math that runs unchanged on Python floats and on numpy arrays.
+
+The adaptive stopping rule is written once (``stoppers.adaptive_math``) and driven two ways: one
+request at a time by the policy objects (Python floats, a few microseconds per observation) and
+across thousands of orderings at once by the replay engine (numpy arrays). numpy ufuncs cost
+~0.3-3 µs *each* on scalars, which would blow the per-observation budget, so every operation the
+formulas need is routed here: Python floats go to :mod:`math` (guarded so that overflow gives
+``inf`` and log(0) gives ``-inf`` exactly as numpy does, instead of raising), anything involving
+an ``ndarray`` goes to numpy. Because the *formulas* are shared, the two drivers cannot drift
+apart; the only possible difference is libm vs numpy's last-ulp rounding of exp/log.
+
+Rules for code using these helpers: no Python ``if`` on values (use :func:`where`, which
+evaluates both branches), and no division that can hit zero (floor denominators first).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import numpy as np
+from scipy import special
+
+__all__ = [
+    "exp",
+    "exp1_scaled",
+    "expm1",
+    "expn2_scaled",
+    "log",
+    "log1p",
+    "maximum",
+    "minimum",
+    "quiet",
+    "scaled_exp_integrals",
+    "sqrt",
+    "where",
+]
+
+_EXP_OVERFLOW = 709.782712893384  # log(max float64)
+# exp(q) E_n(q) for q above this comes from the asymptotic series (A&S 5.1.51): with 20 terms
+# the first omitted term is < 4e-17 relative at q = 64. Below it, exp(q) E_1(q) comes from
+# scipy and exp(q) E_2(q) = 1 - q exp(q) E_1(q) (A&S 5.1.14), whose cancellation costs at most
+# a factor q <= 64 in relative error (< 1.5e-14).
+_SERIES_FROM = 64.0
+_SERIES_TERMS = 20
+
+
+def exp(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.exp(x)
+    return math.exp(x) if x < _EXP_OVERFLOW else math.inf
+
+
+def expm1(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.expm1(x)
+    return math.expm1(x) if x < _EXP_OVERFLOW else math.inf
+
+
+def log(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.log(x)
+    if x > 0:
+        return math.log(x)
+    return -math.inf if x == 0 else math.nan
+
+
+def log1p(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.log1p(x)
+    if x > -1:
+        return math.log1p(x)
+    return -math.inf if x == -1 else math.nan
+
+
+def sqrt(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.sqrt(x)
+    return math.sqrt(x) if x >= 0 else math.nan
+
+
+def minimum(a: Any, b: Any) -> Any:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.minimum(a, b)
+    return a if a < b else b
+
+
+def maximum(a: Any, b: Any) -> Any:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.maximum(a, b)
+    return a if a > b else b
+
+
+def where(cond: Any, a: Any, b: Any) -> Any:
+    if isinstance(cond, np.ndarray) or isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.where(cond, a, b)
+    return a if cond else b
+
+
+_COEF_E1 = [math.factorial(k) for k in range(_SERIES_TERMS)]  # (1)_k = k!
+_COEF_E2 = [math.factorial(k + 1) for k in range(_SERIES_TERMS)]  # (2)_k = (k + 1)!
+
+
+def _series(q: Any, coef: list[int]) -> Any:
+    """exp(q) E_n(q) ~ (1/q) sum_k (-1)^k (n)_k q^-k, Horner in 1/q."""
+    inv = 1.0 / q
+    acc = 0.0
+    for c in reversed(coef):
+        acc = c - inv * acc
+    return inv * acc
+
+
+def scaled_exp_integrals(q: Any) -> tuple[Any, Any]:
+    """(exp(q) E_1(q), exp(q) E_2(q)) for q > 0, finite for every q.
+
+    scipy has no exponentially scaled E_1; E_1 alone underflows past q ~ 700 and the products
+    below would lose everything. One scipy call serves both values.
+    """
+    if isinstance(q, np.ndarray):
+        small = np.minimum(q, _SERIES_FROM)
+        g_small = np.exp(small) * special.exp1(small)
+        big = np.maximum(q, _SERIES_FROM)
+        near = q <= _SERIES_FROM
+        g = np.where(near, g_small, _series(big, _COEF_E1))
+        h = np.where(near, 1.0 - small * g_small, _series(big, _COEF_E2))
+        return g, h
+    if q <= _SERIES_FROM:
+        g = math.exp(q) * float(special.exp1(q))
+        return g, 1.0 - q * g
+    return _series(q, _COEF_E1), _series(q, _COEF_E2)
+
+
+def exp1_scaled(q: Any) -> Any:
+    """exp(q) * E_1(q) for q > 0."""
+    return scaled_exp_integrals(q)[0]
+
+
+def expn2_scaled(q: Any) -> Any:
+    """exp(q) * E_2(q) for q > 0."""
+    return scaled_exp_integrals(q)[1]
+
+
+_NULL = contextlib.nullcontext()
+
+
+def quiet(*values: Any) -> Any:
+    """Silence numpy floating-point warnings for array inputs (a no-op context for floats).
+
+    The shared formulas evaluate both branches of every :func:`where`, so the discarded branch
+    may divide by zero or overflow on some elements; that is expected, not an error.
+    """
+    for x in values:
+        if isinstance(x, np.ndarray):
+            return np.errstate(all="ignore")
+    return _NULL
