@@ -108,9 +108,11 @@ def resolve_plan(
         if not 0 < target <= 1:
             raise InvalidRequestError(f"{param} must be in (0, 1], got {value!r}", param=param)
     if cost is not None and target is not None:
+        cost_param, target_param = raw["cost"][1], raw["target_acceptance"][1]
         raise InvalidRequestError(
-            "give either a cost (adaptive mode) or a target acceptance (target mode), not both",
-            param=raw["target_acceptance"][1],
+            f"{cost_param} and {target_param} are both given: a cost selects adaptive mode, "
+            "a target acceptance selects target mode; give one",
+            param=target_param,
         )
     implied = "adaptive" if cost is not None else "target" if target is not None else None
     if "mode" in raw:

@@ -167,8 +167,9 @@ class _Run:
                 return
 
     def _gave_up(self) -> bool:
-        # A whole wave failed and nothing worked: the upstream is down, stop hammering it.
-        return not self.scored and self.failed >= max(self.plan.parallelism, 1)
+        """Until one candidate has succeeded, a failure is not replaced: if the whole first
+        wave fails, the upstream is down and the request ends (no hammering a dead server)."""
+        return not self.scored and self.failed > 0 and self.launched >= self.plan.parallelism
 
     def _launch(self) -> None:
         index = self.launched

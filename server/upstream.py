@@ -171,13 +171,18 @@ class UpstreamClient:
 
 
 async def _consume_sse(response: httpx.Response, builder: CandidateBuilder) -> bool:
-    """Feed every ``data:`` event to the builder; True when ``[DONE]`` arrived."""
+    """Feed every ``data:`` event to the builder; True when ``[DONE]`` arrived.
+
+    Reads to the end of the body even after ``[DONE]`` so the connection goes back to the pool.
+    """
+    done = False
     async for line in response.aiter_lines():
-        if not line.startswith("data:"):
+        if done or not line.startswith("data:"):
             continue
         payload = line[5:].strip()
         if payload == "[DONE]":
-            return True
+            done = True
+            continue
         try:
             chunk = json.loads(payload)
         except ValueError:
@@ -189,4 +194,4 @@ async def _consume_sse(response: httpx.Response, builder: CandidateBuilder) -> b
             message = error.get("message") if isinstance(error, dict) else str(error)
             raise UpstreamFailure("server_error", f"upstream error mid-stream: {message}")
         builder.feed(chunk)
-    return False
+    return done

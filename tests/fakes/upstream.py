@@ -82,6 +82,7 @@ class FakeUpstream:
         self.token_delay_rule = token_delay_rule
         self.fault_rule: Callable[[int, dict[str, Any]], Fault | None] | None = None
         self.requests: list[dict[str, Any]] = []  # chat bodies received, in order
+        self.request_headers: list[dict[str, str]] = []  # their headers (lower-case names)
         self.request_count = 0
         self.open_connections = 0
         self.active_streams = 0  # chat responses still being written
@@ -188,7 +189,9 @@ class FakeUpstream:
                 request = await _read_request(reader, self._leftover.pop(id(writer), b""))
                 if request is None:
                     return
-                method, path, body = request
+                method, path, headers, body = request
+                if path.endswith("/chat/completions"):
+                    self.request_headers.append(headers)
                 keep_open = await self._route(method, path, body, reader, writer)
                 if not keep_open:
                     return
@@ -407,20 +410,21 @@ def _error(message: str) -> dict[str, Any]:
 
 async def _read_request(
     reader: asyncio.StreamReader, prefix: bytes = b""
-) -> tuple[str, str, bytes] | None:
+) -> tuple[str, str, dict[str, str], bytes] | None:
     try:
         head = prefix + await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:
         return None
     lines = head.decode("latin-1").split("\r\n")
     method, path, _ = lines[0].split(" ", 2)
-    length = 0
+    headers = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value.strip())
+        if name:
+            headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
     body = await reader.readexactly(length) if length else b""
-    return method, path, body
+    return method, path, headers, body
 
 
 async def _send_json(
