@@ -1,4 +1,4 @@
-"""The replay engine's building blocks against brute force: Fenwick statistics, fixed-N curves,
+"""The replay engine's building blocks against brute force: streaming statistics, fixed-N curves,
 the empirical fair cap and Weitzman's oracle, the matched-N interpolation."""
 
 from __future__ import annotations
@@ -14,32 +14,9 @@ from stoppers.replay.baselines import (
 )
 from stoppers.replay.batch import PromptBatch
 from stoppers.replay.experiments import matched_fixed_n
-from stoppers.replay.fenwick import BatchFenwick
 from stoppers.replay.metrics import acceptance_rate, benchmark
 from stoppers.replay.orderings import orderings
 from stoppers.replay.streaming import run_streaming
-
-
-def test_batch_fenwick_matches_sorting() -> None:
-    rng = np.random.default_rng(0)
-    rows, size = 6, 29
-    tree = BatchFenwick(rows, size)
-    perms = np.array([rng.permutation(size) for _ in range(rows)])
-    weights = rng.random(size)
-    for t in range(size):
-        tree.add(perms[:, t], weights[perms[:, t]])
-        seen = np.sort(perms[:, : t + 1], axis=1)
-        for k in {1, (t + 2) // 2, t + 1}:
-            np.testing.assert_array_equal(tree.kth(np.full(rows, k)), seen[:, k - 1])
-        cut = rng.integers(0, size + 1, rows)
-        count, weight = tree.prefix(cut)
-        prefix = perms[:, : t + 1]
-        np.testing.assert_array_equal(count, (prefix < cut[:, None]).sum(axis=1))
-        expect = np.where(prefix < cut[:, None], weights[prefix], 0.0).sum(axis=1)
-        np.testing.assert_allclose(weight, expect, rtol=1e-12)
-    keep = np.array([True, False, True, True, False, True])
-    tree.keep(keep)
-    np.testing.assert_array_equal(tree.kth(np.full(4, 3)), np.sort(perms[keep], axis=1)[:, 2])
 
 
 @pytest.mark.parametrize("median", ["lower", "upper", "mean"])
@@ -122,16 +99,20 @@ def test_empirical_fair_cap_solves_its_equation() -> None:
 
 
 def test_oracle_beats_every_fixed_n_on_exponential_rewards() -> None:
+    # Exponential rewards (the paper's worked family) at scales where sampling pays: Weitzman's
+    # rule on the known (empirical) distribution earns more than every fixed N, on the same
+    # orderings. (When even one sample costs more than its expected utility both degenerate
+    # to N = 1, so those costs are not informative.)
     rng = np.random.default_rng(4)
-    pools = [rng.exponential(scale, size=300) for scale in (0.5, 1.0, 2.0, 3.0)]
-    batch = PromptBatch.build(pools, range(4), permutations=200, seed=5, alpha=0.99)
+    pools = [rng.exponential(scale, size=400) for scale in (0.5, 1.0, 2.0)]
+    batch = PromptBatch.build(pools, range(3), permutations=300, seed=5, alpha=0.99)
     curves = fixed_acceptance_curves(batch)  # (prompts, N)
     n_grid = np.arange(1, batch.horizon + 1)
-    for cost in (0.02, 0.005, 0.001):
+    for cost in (0.01, 0.005, 0.002, 0.001):
         oracle = oracle_outcome(batch, cost)
         profit = batch.per_prompt(batch.acceptance(oracle) - cost * oracle.n).mean(axis=1)
         best_fixed = (curves - cost * n_grid).max(axis=1)
-        assert (profit > best_fixed).all(), (cost, profit, best_fixed)
+        assert (profit > best_fixed + 0.02).all(), (cost, profit, best_fixed)
 
 
 def test_matched_fixed_n_interpolates() -> None:

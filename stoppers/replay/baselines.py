@@ -29,10 +29,13 @@ def fixed_best(batch: PromptBatch) -> np.ndarray:
     return np.maximum.accumulate(batch.values, axis=1)
 
 
-def fixed_acceptance_curves(batch: PromptBatch, best: np.ndarray | None = None) -> np.ndarray:
-    """(prompts, T): mean acceptance over the orderings of Best-of-N for N = 1..T."""
-    best = fixed_best(batch) if best is None else best
-    ar = acceptance_rate(best, batch.kappa[:, None])
+def fixed_acceptance_curves(batch: PromptBatch) -> np.ndarray:
+    """(prompts, T): mean acceptance over the orderings of Best-of-N for N = 1..T.
+
+    AR is non-decreasing, so AR(max of the first N) is the running max of the streamed ARs
+    (exactly, in floating point too).
+    """
+    ar = np.maximum.accumulate(batch.stream_acceptance, axis=1)
     return ar.reshape(batch.prompts, batch.permutations, -1).mean(axis=1)
 
 
@@ -53,7 +56,9 @@ def empirical_fair_cap(utilities: np.ndarray, cost: float) -> float:
     return float(tau[np.argmax(inside)])
 
 
-def oracle_outcome(batch: PromptBatch, cost: float) -> Outcome:
+def oracle_outcome(
+    batch: PromptBatch, cost: float, prefix_max: np.ndarray | None = None
+) -> Outcome:
     """Weitzman's oracle on every row: stop at the first reward whose utility reaches tau."""
     kappas = batch.kappa[:: batch.permutations]
     taus = np.array(
@@ -62,10 +67,11 @@ def oracle_outcome(batch: PromptBatch, cost: float) -> Outcome:
             for i in range(batch.prompts)
         ]
     )
-    ar = acceptance_rate(batch.values, batch.kappa[:, None])
+    ar = batch.stream_acceptance
     steps = np.arange(batch.horizon)
     hit = (ar >= taus[batch.prompt][:, None]) & (steps[None, :] < batch.budget[:, None])
     found = hit.any(axis=1)
     n = np.where(found, np.argmax(hit, axis=1) + 1, batch.budget)
-    best = np.maximum.accumulate(batch.values, axis=1)[np.arange(batch.rows), n - 1]
+    prefix_max = fixed_best(batch) if prefix_max is None else prefix_max
+    best = prefix_max[np.arange(batch.rows), n - 1]
     return Outcome(n=n.astype(np.int64), best=best)

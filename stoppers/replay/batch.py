@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -30,7 +31,7 @@ class Outcome:
 @dataclass(frozen=True)
 class PromptBatch:
     values: np.ndarray  # (rows, T) rewards in stream order; -inf past the row's budget
-    ranks: np.ndarray  # (rows, T) rank of each streamed reward in the prompt's sorted pool
+    ranks: np.ndarray  # (rows, T) rank in the prompt's sorted pool; width + t past the budget
     budget: np.ndarray  # (rows,) samples a policy may draw
     kappa: np.ndarray  # (rows,) benchmark reward of the row's prompt
     prompt: np.ndarray  # (rows,) local prompt index
@@ -74,7 +75,8 @@ class PromptBatch:
         prompts = len(pools)
         rows = prompts * permutations
         values = np.full((rows, horizon), -np.inf)
-        ranks = np.zeros((rows, horizon), dtype=np.int64)
+        # Past a row's budget: distinct ranks above every real one (never read as values).
+        ranks = np.broadcast_to(width + np.arange(horizon, dtype=np.int64), (rows, horizon)).copy()
         sorted_pool = np.full((prompts, width), np.inf)
         first_greater = np.zeros((prompts, width), dtype=np.int64)
         first_not_less = np.zeros((prompts, width), dtype=np.int64)
@@ -110,6 +112,11 @@ class PromptBatch:
             permutations=permutations,
             prompt_indices=np.asarray(prompt_indices, dtype=np.int64),
         )
+
+    @cached_property
+    def stream_acceptance(self) -> np.ndarray:
+        """(rows, T): AR of every streamed reward against its prompt's kappa (0 past budget)."""
+        return acceptance_rate(self.values, self.kappa[:, None])
 
     def acceptance(self, outcome: Outcome) -> np.ndarray:
         """AR of each row's kept reward against its prompt's kappa."""

@@ -127,7 +127,7 @@ def replay_chunk(
         max_samples=config.max_samples,
     )
     prefix_max = fixed_best(batch)
-    fixed_acc = fixed_acceptance_curves(batch, prefix_max)
+    fixed_acc = fixed_acceptance_curves(batch)
     costs = config.run_costs
     p = batch.prompts
     shape_c = (len(costs), p)
@@ -155,7 +155,7 @@ def replay_chunk(
                 result.win_rate[k] = wins
                 result.matched_budget[k] = matched
             if config.oracle and cost in config.profit_costs:
-                oracle = oracle_outcome(batch, cost)
+                oracle = oracle_outcome(batch, cost, prefix_max)
                 result.oracle_samples[k] = batch.per_prompt(oracle.n).mean(axis=1)
                 result.oracle_acceptance[k] = batch.per_prompt(batch.acceptance(oracle)).mean(
                     axis=1

@@ -15,5 +15,5 @@ __all__ = ["orderings"]
 def orderings(size: int, permutations: int, *, seed: int, prompt_index: int) -> np.ndarray:
     """``[permutations, size]`` int array; row p is a uniformly random permutation of the pool."""
     rng = np.random.default_rng([int(seed), int(prompt_index)])
-    keys = rng.random((permutations, size))
-    return np.argsort(keys, axis=1, kind="stable")
+    base = np.broadcast_to(np.arange(size, dtype=np.int64), (permutations, size))
+    return rng.permuted(base, axis=1)
