@@ -118,6 +118,9 @@ class DynamicBatcher:
             try:
                 for batch in self._cut(items):
                     await self._run_batch(batch)
+            except asyncio.CancelledError:  # closing: the round's items must not wait forever
+                _fail(items, RewardError("the reward batcher was closed"))
+                raise
             except Exception as exc:  # a bug here must fail requests, not strand them
                 logger.exception("reward batcher round failed")
                 _fail(items, exc)
