@@ -416,3 +416,43 @@ def test_env_example_documents_every_compose_variable() -> None:
     # Each has a default in the compose file, so nothing silently becomes empty.
     for name in used:
         assert re.search(rf"\$\{{{name}:-", text), f"${{{name}}} has no default"
+
+
+# --- the commands the containers run exist, with these flags -----------------------------------
+
+
+def worker_settings(argv: list[str]):
+    """Parse a `pandora reward-worker ...` command line the way the CLI does."""
+    from reward.cli import _FIELDS
+    from reward.settings import WorkerSettings
+    from server.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    assert args.command == "reward-worker"
+    return WorkerSettings(
+        **{name: getattr(args, name) for name in _FIELDS if getattr(args, name) is not None}
+    )
+
+
+def test_container_commands_parse_with_the_pandora_cli(compose: dict) -> None:
+    from server.cli import build_parser
+
+    parser = build_parser()
+    services = compose["services"]
+    for name in ("gateway", "gateway-cpu"):
+        assert parser.parse_args(services[name]["command"]).command == "serve"
+    settings = worker_settings(services["reward-worker"]["command"])
+    assert (settings.host, settings.port, settings.device) == ("0.0.0.0", 8081, "cuda")
+    assert settings.model == "Skywork/Skywork-Reward-V2-Qwen3-0.6B"
+    # The images' default commands parse too (the worker's needs a --model from compose/k8s).
+    assert parser.parse_args(json_list(last("gateway", "CMD"))).command == "serve"
+    worker_cmd = json_list(last("reward-worker", "CMD"))
+    assert worker_settings([*worker_cmd, "--model=m"]).port == 8081
+
+
+def json_list(instruction_args: str) -> list[str]:
+    import json
+
+    value = json.loads(instruction_args)
+    assert isinstance(value, list), "exec form, so signals reach the process"
+    return value

@@ -160,6 +160,18 @@ def test_model_servers_get_a_gpu_and_time_to_load(
     assert f"--port={port}" in server["args"]
 
 
+def test_reward_worker_args_parse_with_the_pandora_cli(manifests: list[dict]) -> None:
+    from tests.test_deploy_containers import worker_settings
+
+    worker = container(find(manifests, "Deployment", "pandora-reward-worker"))
+    settings = worker_settings(worker["args"])
+    assert (settings.host, settings.port, settings.device) == ("0.0.0.0", 8081, "cuda")
+    gateway = container(find(manifests, "Deployment", "pandora-gateway"))
+    from server.cli import build_parser
+
+    assert build_parser().parse_args(gateway["args"]).command == "serve"
+
+
 def test_gateway_configuration_is_accepted_and_points_at_the_services(
     manifests: list[dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
