@@ -64,6 +64,22 @@ def test_deciders_stop_at_first_true_and_rows_are_independent() -> None:
     np.testing.assert_array_equal(at_five[1].best, prefix[np.arange(batch.rows), expect - 1])
 
 
+def test_min_samples_and_budget_bound_every_stop() -> None:
+    rng = np.random.default_rng(6)
+    pools = [rng.normal(size=50), rng.normal(size=5)]  # the second budget < min_samples
+    batch = PromptBatch.build(pools, [0, 1], permutations=3, seed=0, alpha=0.9)
+    asked = []
+
+    def always(s):
+        asked.append(int(s.n.min()))
+        return np.ones(s.n.shape, dtype=bool)
+
+    always.min_samples = 7
+    (out,) = run_streaming(batch, [always], block=4)
+    np.testing.assert_array_equal(batch.per_prompt(out.n), [[7, 7, 7], [5, 5, 5]])
+    assert min(asked) >= 7  # never asked before min_samples
+
+
 def test_orderings_are_seeded_per_prompt_and_uniform() -> None:
     a = orderings(5, 4000, seed=1, prompt_index=3)
     np.testing.assert_array_equal(a, orderings(5, 4000, seed=1, prompt_index=3))

@@ -104,6 +104,8 @@ class PolicyChoice:
             )
             return np.asarray(decision.stop, dtype=bool)
 
+        # The kernel never stops before min_samples: the engine need not ask it there.
+        decide.min_samples = int(kwargs.get("min_samples", 1))  # type: ignore[attr-defined]
         return decide
 
 

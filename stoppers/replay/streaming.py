@@ -52,8 +52,18 @@ class StreamStats:
     best: np.ndarray  # running max
     row: np.ndarray  # batch row of each entry (int)
 
+    def take(self, rows: np.ndarray, cols: slice) -> StreamStats:
+        """The entries of the given (local) rows and step columns."""
+        return StreamStats(
+            **{name: getattr(self, name)[rows, cols] for name in self.__dataclass_fields__}
+        )
 
+
+# A decider maps a StreamStats block to "stop now" booleans of the same shape. It may carry a
+# ``min_samples`` attribute: it is then never asked about steps with n < min_samples.
 Decider = Callable[[StreamStats], np.ndarray]
+
+SUB_BLOCK = 8  # columns per decider call: rows that stopped are not asked again
 
 
 class _SortedPrefix:
@@ -129,15 +139,14 @@ def run_streaming(
     while t0 < batch.horizon and active.size:
         steps = min(block, batch.horizon - t0)
         stats = _block_stats(batch, prefix, active, t0, steps, median, prefix_max)
-        at_budget = stats.n >= batch.budget[active][:, None]
+        budget_col = batch.budget[active] - 1 - t0  # block column of the last allowed step
         still = np.zeros(active.size, dtype=bool)
         for k, decide in enumerate(deciders):
             open_rows = stop_n[k, active] == 0
             if not open_rows.any():
                 continue
-            stop = np.asarray(decide(stats), dtype=bool) | at_budget
-            hit = stop.any(axis=1) & open_rows
-            first = np.argmax(stop, axis=1)
+            first = _first_stop(decide, stats, open_rows, budget_col, t0, steps)
+            hit = first >= 0
             stop_n[k, active[hit]] = t0 + first[hit] + 1
             still |= open_rows & ~hit
         t0 += steps
@@ -146,6 +155,41 @@ def run_streaming(
             active = active[still]
     rows = np.arange(batch.rows)
     return [Outcome(n=s, best=prefix_max[rows, s - 1]) for s in stop_n]
+
+
+def _first_stop(
+    decide: Decider,
+    stats: StreamStats,
+    open_rows: np.ndarray,
+    budget_col: np.ndarray,
+    t0: int,
+    steps: int,
+) -> np.ndarray:
+    """Per row, the first block column where ``decide`` (or the budget) stops it; -1 if none.
+
+    The decider only sees open rows, steps at or past its ``min_samples``, and columns up to
+    the row's first stop (sub-blocks of SUB_BLOCK columns): kernels are the costly part.
+    """
+    first = np.full(open_rows.size, -1, dtype=np.int64)
+    # The budget stops a row at budget_col whatever the decider says.
+    at_budget = open_rows & (budget_col < steps)
+    first[at_budget] = budget_col[at_budget]
+    start = max(0, int(getattr(decide, "min_samples", 1)) - 1 - t0)
+    col = start
+    while col < steps:
+        end = min(col + SUB_BLOCK, steps)
+        ask = np.flatnonzero(open_rows & ((first < 0) | (first >= col)))
+        if ask.size == 0:
+            break
+        said = np.asarray(decide(stats.take(ask[:, None], slice(col, end))), dtype=bool)
+        said = said.reshape(ask.size, end - col)
+        found = said.any(axis=1)
+        at = col + np.argmax(said, axis=1)
+        rows = ask[found]
+        current = first[rows]
+        first[rows] = np.where((current < 0) | (at[found] < current), at[found], current)
+        col = end
+    return first
 
 
 def _block_stats(
