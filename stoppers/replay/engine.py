@@ -21,7 +21,7 @@ from stoppers.replay.baselines import fixed_acceptance_curves, fixed_best, oracl
 from stoppers.replay.batch import Outcome, PromptBatch
 from stoppers.replay.loaders import RewardPool
 from stoppers.replay.loop import loop_outcome
-from stoppers.replay.policies import PolicyChoice, resolve_policy
+from stoppers.replay.policies import PolicyChoice, patience_outcome, resolve_policy
 from stoppers.replay.streaming import run_streaming
 
 __all__ = ["PromptSummaries", "ReplayConfig", "replay_chunk", "run_replay"]
@@ -177,6 +177,10 @@ def run_policy(
     prefix_max: np.ndarray | None = None,
 ) -> list[Outcome]:
     """One :class:`Outcome` per parameter value (cost or target), fast path when there is one."""
+    if not config.use_loop and choice.fast == "patience":
+        prefix_max = fixed_best(batch) if prefix_max is None else prefix_max
+        out = patience_outcome(batch, dict(choice.fixed)["k"], prefix_max)
+        return [out for _ in values]  # Patience ignores the cost
     if not config.use_loop and choice.has_fast_path:
         deciders = [choice.decider(v, config) for v in values]
         return run_streaming(batch, deciders, median=choice.median, prefix_max=prefix_max)

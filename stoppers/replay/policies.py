@@ -17,11 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from stoppers.replay.batch import PromptBatch
+from stoppers.replay.batch import Outcome, PromptBatch
 from stoppers.replay.loop import PolicyFactory
 from stoppers.replay.streaming import Decider, StreamStats
 
-__all__ = ["PolicyChoice", "available_policies", "resolve_policy"]
+__all__ = [
+    "PATIENCE_K",
+    "PolicyChoice",
+    "available_policies",
+    "patience_outcome",
+    "resolve_policy",
+]
 
 # Keyword arguments of the kernel that come from the policy's constructor.
 _KERNEL_KWARGS = ("alpha", "delta", "min_samples", "percentile", "delta_schedule", "empty_tail")
@@ -30,21 +36,27 @@ _KERNEL_KWARGS = ("alpha", "delta", "min_samples", "percentile", "delta_schedule
 @dataclass(frozen=True)
 class PolicyChoice:
     name: str  # CLI name
-    class_name: str  # exported by ``stoppers``
+    class_path: str  # "module:Class" (also looked up on the ``stoppers`` package first)
     parameter: str  # "cost" or "target": what the experiment varies
-    fast: str | None = None  # "cost" / "target": kernel fast path; None: loop only
+    fast: str | None = None  # "cost" / "target" (shared kernel), "patience"; None: loop only
     median: str = "mean"  # the kernel's median convention (np.median: mean of the middles)
+    fixed: tuple[tuple[str, Any], ...] = ()  # constructor arguments replay always passes
 
     @property
     def has_fast_path(self) -> bool:
         return self.fast is not None
 
     def policy_class(self) -> type:
-        stoppers = importlib.import_module("stoppers")
-        cls = getattr(stoppers, self.class_name, None)
+        module_name, class_name = self.class_path.split(":")
+        cls = getattr(importlib.import_module("stoppers"), class_name, None)
+        if cls is None:
+            try:
+                cls = getattr(importlib.import_module(module_name), class_name, None)
+            except ModuleNotFoundError:
+                cls = None
         if cls is None:
             raise ValueError(
-                f"policy {self.name!r} needs stoppers.{self.class_name}, which this install "
+                f"policy {self.name!r} needs {module_name}.{class_name}, which this install "
                 "does not provide"
             )
         return cls
@@ -52,6 +64,7 @@ class PolicyChoice:
     def constructor_kwargs(self, value: float, config: Any, budget: int | None) -> dict:
         """Keyword arguments for the policy class (only those its constructor accepts)."""
         wanted = {
+            **dict(self.fixed),
             self.parameter: value,
             "alpha": config.alpha,
             "delta": config.delta,
@@ -83,7 +96,7 @@ class PolicyChoice:
         return out
 
     def decider(self, value: float, config: Any) -> Decider:
-        if self.fast is None:
+        if self.fast not in ("cost", "target"):
             raise ValueError(f"policy {self.name!r} has no vectorised path")
         from stoppers import adaptive_math
 
@@ -109,13 +122,33 @@ class PolicyChoice:
         return decide
 
 
+# Patience's k: the authors' replay compares against k = 5 (PATIENCE_STEPS).
+PATIENCE_K = 5
+
 _CHOICES = {
-    "adaptive": PolicyChoice("adaptive", "AdaptiveBestOfN", "cost", fast="cost"),
-    "target": PolicyChoice("target", "TargetAcceptance", "target", fast="target"),
-    "ucb-exp": PolicyChoice("ucb-exp", "UCBExponential", "cost"),
-    "beacon": PolicyChoice("beacon", "Beacon", "cost"),
-    "patience": PolicyChoice("patience", "Patience", "cost"),
+    "adaptive": PolicyChoice("adaptive", "stoppers.adaptive:AdaptiveBestOfN", "cost", fast="cost"),
+    "target": PolicyChoice("target", "stoppers.adaptive:TargetAcceptance", "target", fast="target"),
+    "ucb-exp": PolicyChoice("ucb-exp", "stoppers.weitzman:UCBExponential", "cost"),
+    "beacon": PolicyChoice("beacon", "stoppers.beacon:Beacon", "cost"),
+    "patience": PolicyChoice(
+        "patience", "stoppers.classic:Patience", "cost", fast="patience", fixed=(("k", PATIENCE_K),)
+    ),
 }
+
+
+def patience_outcome(batch: PromptBatch, k: int, prefix_max: np.ndarray) -> Outcome:
+    """Patience(k) on every row at once: stop after k rewards in a row that do not beat the best.
+
+    A reward "improves" when it is strictly above the best so far (ties do not reset the count),
+    exactly as :class:`stoppers.classic.Patience` counts.
+    """
+    values = batch.values
+    previous = np.concatenate([np.full((batch.rows, 1), -np.inf), prefix_max[:, :-1]], axis=1)
+    steps = np.arange(batch.horizon)
+    last = np.maximum.accumulate(np.where(values > previous, steps, 0), axis=1)
+    stop = ((steps - last) >= k) | (steps[None, :] + 1 >= batch.budget[:, None])
+    n = np.argmax(stop, axis=1) + 1
+    return Outcome(n=n, best=prefix_max[np.arange(batch.rows), n - 1])
 
 
 def available_policies() -> tuple[str, ...]:
