@@ -50,6 +50,10 @@ Choices the paper leaves open (each a keyword here, defaults as in the paper/aut
   result through its 1e-8 scale floor). ``"continue"`` keeps sampling until the tail is
   non-empty (or the budget ends). Real judge rewards tie a lot (see the data README), so this
   matters; the default was chosen on that data (see :mod:`stoppers.adaptive`).
+* ``utility="acceptance"``: u_kappa = min(2 e^v / (e^v + e^kappa), 1), the paper's Definitions
+  "Acceptance Rate" and "Utility Function" (B = 1). ``"bradley_terry"`` is the uncapped
+  e^v / (e^v + e^kappa) the authors' code uses; it never saturates at 1, so it keeps sampling
+  longer once the best passes kappa (cost mode only; the reported acceptance is always AR).
 * Nothing stops before ``min_samples`` observations (the Algorithm's t).
 """
 
@@ -77,11 +81,13 @@ __all__ = [
     "fit_tail",
     "target_decision",
     "target_threshold",
+    "utility_excess",
 ]
 
 Percentile = Literal["shifted_exp", "whole"]
 DeltaSchedule = Literal["fixed", "anytime"]
 EmptyTail = Literal["stop", "continue"]
+Utility = Literal["acceptance", "bradley_terry"]
 
 
 class TailFit(NamedTuple):
@@ -183,6 +189,7 @@ def cost_decision(
     percentile: Percentile = "shifted_exp",
     delta_schedule: DeltaSchedule = "fixed",
     empty_tail: EmptyTail = "stop",
+    utility: Utility = "acceptance",
 ) -> Decision:
     """Cost mode (Algorithm lines 7-16): stop iff n >= min_samples and u_kappa(M) >= tau,
     evaluated as E[(U - u_kappa(M))+] <= cost (no root finding)."""
@@ -191,8 +198,10 @@ def cost_decision(
             n, median, tail_count, tail_sum, ref,
             alpha, delta, percentile, delta_schedule, False,
         )  # fmt: skip
-        acceptance = ew.minimum(2.0 / (1.0 + ew.exp(kappa - best)), 1.0)
-        excess = bt_expected_excess_normalized(acceptance, b_ucb, benchmark)
+        preference = 1.0 / (1.0 + ew.exp(kappa - best))  # Bradley-Terry P(best beats kappa)
+        acceptance = ew.minimum(2.0 * preference, 1.0)
+        chosen = acceptance if utility == "acceptance" else preference
+        excess = utility_excess(chosen, b_ucb, benchmark, utility)
         stop = (n >= min_samples) & (excess <= cost)
         if empty_tail == "continue":
             stop = ew.where(empty, False, stop)
@@ -229,13 +238,22 @@ def target_decision(
         return Decision(stop=stop, acceptance=acceptance, kappa=kappa)
 
 
-def _reward_for_utility(tau: Any, benchmark: Any, median: Any) -> Any:
-    """The reward v with u_kappa(v) = tau: e^v = tau K / (2 - tau) (in theta units)."""
+def _reward_for_utility(tau: Any, benchmark: Any, median: Any, utility: Utility) -> Any:
+    """The reward v with u(v) = tau: e^v = tau K / (2 - tau) for the acceptance utility,
+    tau K / (1 - tau) for the Bradley–Terry one (theta units); -inf when tau <= 0."""
     with ew.quiet(tau, benchmark, median):
         positive = tau > 0.0
-        safe = ew.where(positive, tau, 0.5)
-        v = median + ew.log(ew.minimum(safe, 1.0) * benchmark / (2.0 - ew.minimum(safe, 1.0)))
+        safe = ew.minimum(ew.where(positive, tau, 0.5), 1.0)
+        top = 2.0 if utility == "acceptance" else 1.0
+        v = median + ew.log(safe * benchmark / ew.maximum(top - safe, 1e-300))
         return ew.where(positive, v, -math.inf)
+
+
+def utility_excess(t: Any, b: Any, k: Any, utility: Utility = "acceptance") -> Any:
+    """E[(U - t)+] for the fitted utility distribution (theta-normalised, see faircap)."""
+    if utility == "acceptance":
+        return bt_expected_excess_normalized(t, b, k)
+    return 0.5 * bt_expected_excess_normalized(2.0 * t, b, k, False)
 
 
 def cost_threshold(
@@ -250,6 +268,7 @@ def cost_threshold(
     delta: float,
     percentile: Percentile = "shifted_exp",
     delta_schedule: DeltaSchedule = "fixed",
+    utility: Utility = "acceptance",
 ) -> tuple[Any, Any]:
     """(tau, reward threshold): the fair cap of the fitted utility distribution (line 13) and
     the reward the best must reach, u_kappa^-1(tau) (-inf when tau <= 0: stop at once).
@@ -260,8 +279,8 @@ def cost_threshold(
         n, median, tail_count, tail_sum, ref,
         alpha=alpha, delta=delta, percentile=percentile, delta_schedule=delta_schedule,
     )  # fmt: skip
-    tau = _fair_cap_elementwise(cost, fit.scale_ucb, fit.benchmark)
-    return tau, _reward_for_utility(tau, fit.benchmark, median)
+    tau = _fair_cap_elementwise(cost, fit.scale_ucb, fit.benchmark, utility)
+    return tau, _reward_for_utility(tau, fit.benchmark, median, utility)
 
 
 def target_threshold(
@@ -283,18 +302,19 @@ def target_threshold(
         alpha=alpha, delta=delta, percentile=percentile, delta_schedule=delta_schedule,
         benchmark_bound="ucb",
     )  # fmt: skip
-    return _reward_for_utility(target, fit.benchmark, median)
+    return _reward_for_utility(target, fit.benchmark, median, "acceptance")
 
 
-def _fair_cap_elementwise(cost: float, b: Any, k: Any) -> Any:
+def _fair_cap_elementwise(cost: float, b: Any, k: Any, utility: Utility) -> Any:
     """tau solving E[(U - tau)+] = cost, elementwise (closed-form branch where tau <= 0)."""
-    mean_utility = bt_expected_excess_normalized(0.0, b, k)
+    mean_utility = utility_excess(0.0, b, k, utility)
     if not isinstance(mean_utility, np.ndarray) or mean_utility.ndim == 0:
         mean_utility = float(mean_utility)
         if mean_utility <= cost:
             return mean_utility - cost
+        b_f, k_f = float(b), float(k)
         return optimize.brentq(
-            lambda t: float(bt_expected_excess_normalized(t, float(b), float(k))) - cost,
+            lambda t: float(utility_excess(t, b_f, k_f, utility)) - cost,
             0.0,
             1.0,
             xtol=1e-300,
@@ -304,7 +324,7 @@ def _fair_cap_elementwise(cost: float, b: Any, k: Any) -> Any:
     b_arr, k_arr, mu = np.broadcast_arrays(np.asarray(b, float), np.asarray(k, float), mean_utility)
     with np.errstate(all="ignore"):
         res = optimize_elementwise.find_root(
-            lambda t, bb, kk: bt_expected_excess_normalized(t, bb, kk) - cost,
+            lambda t, bb, kk: utility_excess(t, bb, kk, utility) - cost,
             (np.zeros_like(mu), np.ones_like(mu)),
             args=(b_arr, k_arr),
             tolerances={"xatol": 1e-300, "xrtol": 4 * np.finfo(float).eps},

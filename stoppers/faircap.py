@@ -52,6 +52,7 @@ _GL_W = (
     0.2369268850561891,
 )
 _SHORT_INTERVAL = 0.02
+_NO_CAP = 1e300
 
 
 def acceptance_rate(v: Any, kappa: Any) -> Any:
@@ -63,8 +64,11 @@ def acceptance_rate(v: Any, kappa: Any) -> Any:
         return ew.minimum(2.0 / (1.0 + ew.exp(kappa - v)), 1.0)
 
 
-def bt_expected_excess_normalized(t: Any, b: Any, k: Any) -> Any:
+def bt_expected_excess_normalized(t: Any, b: Any, k: Any, capped: bool = True) -> Any:
     """E[(U - t)+] for U = min(2X / (X + k), 1), X = 1 + b * Exp(1) (shift normalised to 1).
+
+    ``capped=False`` drops the cap: U = 2X / (X + k) in [0, 2) (then hi = inf below); the
+    authors' code's utility X / (X + k) is half of that (see :func:`bt_utility_excess`).
 
     Derivation. u(x) >= t  <=>  x >= x_t = t k / (2 - t), and u(x) = 1 for x >= k. With
     lo = max(x_t, 1) and hi = max(k, lo), on [lo, hi] the integrand is
@@ -81,31 +85,37 @@ def bt_expected_excess_normalized(t: Any, b: Any, k: Any) -> Any:
     """
     if isinstance(t, np.ndarray) or isinstance(b, np.ndarray) or isinstance(k, np.ndarray):
         with np.errstate(all="ignore"):
-            return _excess_array(np.asarray(t, float), np.asarray(b, float), np.asarray(k, float))
-    if t >= 1.0:
+            return _excess_array(
+                np.asarray(t, float), np.asarray(b, float), np.asarray(k, float), capped
+            )
+    top = 1.0 if capped else 2.0
+    if t >= top:
         return 0.0
     if b <= 0.0:
-        return _point_mass(t, k)
-    p, q, w, scale = _band_geometry(t, b, k)
+        return _point_mass(t, k, top)
+    p, q, w, scale = _band_geometry(t, b, k, capped)
     band = _band_short(p, q, w) if _is_short(q, w) else _band_closed(p, q, w)
     return _combine(t, w, scale, band)
 
 
-def _excess_array(t: np.ndarray, b: np.ndarray, k: np.ndarray) -> np.ndarray:
-    t_in = np.minimum(t, 0.5)  # any t < 1 keeps the discarded branches finite
-    t_in = np.where(t < 1.0, t, t_in)
+def _excess_array(t: np.ndarray, b: np.ndarray, k: np.ndarray, capped: bool) -> np.ndarray:
+    top = 1.0 if capped else 2.0
+    t_in = np.where(t < top, t, 0.5)  # keeps the discarded branches finite
     bs = np.maximum(b, _TINY)
-    p, q, w, scale = _band_geometry(t_in, bs, k)
+    p, q, w, scale = _band_geometry(t_in, bs, k, capped)
     band = np.where(_is_short(q, w), _band_short(p, q, w), _band_closed(p, q, w))
-    out = np.where(b <= 0.0, _point_mass(t, k), _combine(t_in, w, scale, band))
-    return np.where(t >= 1.0, 0.0, out)
+    out = np.where(b <= 0.0, _point_mass(t, k, top), _combine(t_in, w, scale, band))
+    return np.where(t >= top, 0.0, out)
 
 
-def _band_geometry(t: Any, b: Any, k: Any) -> tuple[Any, Any, Any, Any]:
+def _band_geometry(t: Any, b: Any, k: Any, capped: bool) -> tuple[Any, Any, Any, Any]:
     x_t = t * k / (2.0 - t)
     lo = ew.maximum(x_t, 1.0)
-    hi = ew.maximum(k, lo)
-    return (lo - x_t) / b, (lo + k) / b, (hi - lo) / b, ew.exp(-(lo - 1.0) / b)
+    if capped:
+        w = (ew.maximum(k, lo) - lo) / b
+    else:  # no cap: the band runs to infinity (finite stand-in keeps e^-w (p + w) g at 0)
+        w = _NO_CAP if not isinstance(lo, np.ndarray) else np.full_like(lo, _NO_CAP)
+    return (lo - x_t) / b, (lo + k) / b, w, ew.exp(-(lo - 1.0) / b)
 
 
 def _is_short(q: Any, w: Any) -> Any:
@@ -131,8 +141,8 @@ def _combine(t: Any, w: Any, scale: Any, band: Any) -> Any:
     return scale * ((2.0 - t) * band + (1.0 - t) * ew.exp(-w))
 
 
-def _point_mass(t: Any, k: Any) -> Any:
-    return ew.maximum(ew.minimum(2.0 / (1.0 + k), 1.0) - t, 0.0)
+def _point_mass(t: Any, k: Any, top: float) -> Any:
+    return ew.maximum(ew.minimum(2.0 / (1.0 + k), top) - t, 0.0)
 
 
 def bt_expected_excess(t: Any, *, shift: Any, scale: Any, benchmark: Any) -> Any:
@@ -164,7 +174,7 @@ def bt_fair_cap(cost: float, *, shift: float, scale: float, benchmark: float) ->
     """Fair cap (in utility units, B = 1) of the Bradley–Terry utility of a shifted exponential.
 
     >>> round(bt_fair_cap(0.01, shift=1.0, scale=0.5, benchmark=3.0), 6)
-    0.829232
+    0.819042
     """
     _check_cost(cost)
     if not (shift > 0 and scale >= 0 and benchmark > 0):
