@@ -1,0 +1,16 @@
+"""Stopping policies that keep their promise on any reward shape (beyond the paper).
+
+* :class:`TailTargetAcceptance` - target mode: deliver the requested acceptance rate.
+* :class:`TailPandora` - cost mode: Weitzman's rule on a fitted tail.
+* :class:`TailPrior` - a serialisable cross-prompt prior on the tail shape, kept per model.
+
+Both policies fit a generalised Pareto tail to the raw rewards seen so far
+(:mod:`stoppers.robust.gpd_tail`) instead of the paper's shifted exponential on exp(reward).
+"""
+
+from stoppers.robust.cost import TailPandora
+from stoppers.robust.gpd_tail import TailFit, fit_tail
+from stoppers.robust.prior import TailPrior
+from stoppers.robust.target import TailTargetAcceptance
+
+__all__ = ["TailFit", "TailPandora", "TailPrior", "TailTargetAcceptance", "fit_tail"]

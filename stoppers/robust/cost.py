@@ -1,0 +1,119 @@
+"""Cost-mode stopping on a GPD tail: Weitzman's rule with a tail model that fits any shape.
+
+Same skeleton as the paper's Algorithm "Adaptive Best-of-N Sampling via UCB Pandora's Box"
+(Section 4.2): estimate the reward distribution, derive the benchmark kappa_hat and the utility
+u_kappa = AR_kappa (Definition "Utility Function", B = 1), stop when the best utility reaches the
+fair cap tau of (utility distribution, c). Using the monotonicity of E[(U - t)+] in t, the stop
+test needs no root: u(M) >= tau  <=>  E[(u(V) - u(M))+] <= c  (Definitions "Fair-cap value",
+"Weitzman's Algorithm").
+
+What changes is the distribution estimate: a peaks-over-threshold GPD fit on the raw rewards
+(:mod:`stoppers.robust.gpd_tail`) instead of a shifted exponential on exp(reward) above the
+median. Optimism (the "UCB" of UCB Pandora's Box) enters as a widened tail scale
+sigma * (1 + z / sqrt(k)) - a confidence schedule that shrinks as exceedances accumulate -
+applied both to kappa_hat and to the tail over which the expected gain is integrated. Stopping
+too early on a heavy tail is what costs most profit; sampling one more costs only c.
+
+Until the tail can be fitted (fewer than two distinct rewards above the threshold) the policy
+keeps sampling.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from stoppers.base import StoppingPolicy
+from stoppers.robust.gpd_tail import TailFit, acceptance
+from stoppers.robust.prior import TailPrior
+from stoppers.robust.target import _default_min_samples, kappa_offset
+from stoppers.robust.tracker import TailTracker
+
+__all__ = ["TailPandora"]
+
+
+class TailPandora(StoppingPolicy):
+    """Stop when one more sample's expected acceptance gain is worth less than ``cost``.
+
+    Parameters
+    ----------
+    cost: price of one sample in utility units (B = 1), > 0.
+    alpha: benchmark percentile, in (0, 1).
+    min_samples: rewards to see before any stop (default 8, or max_samples if smaller).
+    max_samples: hard budget, stop reason "budget".
+    kappa_z, scale_z: confidence margins on kappa_hat and on the tail integrated for the gain.
+    prior: cross-prompt :class:`TailPrior` (shape prior); None uses ``TailPrior()``.
+    """
+
+    def __init__(
+        self,
+        cost: float,
+        *,
+        alpha: float = 0.99,
+        min_samples: int | None = None,
+        max_samples: int | None = None,
+        kappa_z: float = 0.3,
+        scale_z: float = 1.0,
+        prior: TailPrior | None = None,
+    ) -> None:
+        super().__init__(max_samples=max_samples)
+        cost = float(cost)
+        if not (cost > 0.0 and math.isfinite(cost)):
+            raise ValueError(f"cost must be finite and > 0, got {cost!r}")
+        if not (0.0 < alpha < 1.0):
+            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        min_samples = _default_min_samples(min_samples, max_samples)
+        for name, z in (("kappa_z", kappa_z), ("scale_z", scale_z)):
+            if not (z >= 0.0 and math.isfinite(z)):
+                raise ValueError(f"{name} must be finite and >= 0, got {z!r}")
+        self.cost = cost
+        self.alpha = float(alpha)
+        self.min_samples = min_samples
+        self.kappa_z = float(kappa_z)
+        self.scale_z = float(scale_z)
+        self.prior = prior if prior is not None else TailPrior()
+        self._tracker = TailTracker(xi0=self.prior.xi0, prior_weight=self.prior.weight)
+        self._fit_seen: TailFit | None = None
+        self._optimistic: TailFit | None = None
+        self._kappa_off = math.nan
+        self._gain = math.nan
+
+    @property
+    def rewards_sorted(self) -> list[float]:
+        """The observed rewards, ascending (what a :class:`TailPrior` learns from)."""
+        return self._tracker.sorted
+
+    @property
+    def threshold(self) -> float | None:
+        """The estimated benchmark reward kappa_hat (None before the tail can be fitted)."""
+        fit = self._tracker.fit
+        return None if fit is None else fit.u + self._kappa_off
+
+    @property
+    def acceptance_estimate(self) -> float | None:
+        fit = self._tracker.fit
+        if fit is None:
+            return None
+        return acceptance(self._best - fit.u - self._kappa_off)
+
+    @property
+    def expected_gain(self) -> float | None:
+        """E[(u(V) - u(best))+] under the optimistic fit; the policy stops when <= cost."""
+        return None if math.isnan(self._gain) else self._gain
+
+    def _decide(self, reward: float) -> str | None:
+        tracker = self._tracker
+        refit = tracker.add(reward)
+        fit = tracker.fit
+        if fit is None:
+            return None
+        if refit or fit is not self._fit_seen:
+            self._fit_seen = fit
+            self._kappa_off = kappa_offset(fit, self.alpha, self.kappa_z, self.prior.weight)
+            widen = 1.0 + self.scale_z / math.sqrt(fit.k)
+            self._optimistic = replace(fit, sigma=fit.sigma * widen)
+        if self._n < self.min_samples:
+            return None
+        if refit or reward >= self._best:
+            self._gain = self._optimistic.expected_gain(self._best - fit.u, self._kappa_off)
+        return "threshold" if self._gain <= self.cost else None

@@ -1,0 +1,239 @@
+"""A peaks-over-threshold tail fit for the rewards one request has seen so far.
+
+Why: the paper's adaptive rule (Section 4.2) models ``exp(reward)`` above the median as a shifted
+exponential. That is one tail shape among many; on heavy-tailed, bounded, clipped or bimodal
+rewards it misplaces the benchmark quantile kappa and the fair cap. Extreme-value theory
+(Pickands-Balkema-de Haan) says that exceedances over a high threshold of *any* reasonable
+distribution are close to a generalised Pareto distribution GPD(sigma, xi): ``xi > 0`` heavy
+(Student-t: xi = 1/df), ``xi = 0`` exponential-like (normal, Gumbel), ``xi < 0`` bounded
+(clipped scores). So we fit a GPD to the top ``k`` *raw* rewards and keep the empirical
+distribution below it:
+
+    P(V > v) = p_u * S_gpd(v - u; sigma, xi)   for v >= u,   p_u = k / n
+
+where ``u`` is the (k+1)-th largest reward. Everything the stopping rules need - the benchmark
+quantile kappa = Percentile_alpha (Definition "Benchmark Reward"), the expected acceptance of the
+reward we would stop with, the expected gain of one more sample - is a one-dimensional integral
+over the GPD's quantile function, computed by fixed Gauss-Legendre quadrature (no root finding
+on the hot path).
+
+The shape xi is estimated by Zhang & Stephens (2009, Technometrics 51:316) - a quasi-Bayesian
+estimator that stays sane down to a handful of exceedances - and then shrunk towards a prior
+shape ``xi0`` with weight ``prior_weight`` pseudo-exceedances; the prior can be learned across
+the prompts of one deployment (:class:`stoppers.robust.prior.TailPrior`).
+
+All quantities are computed relative to ``u`` (exceedances ``v - u``), so adding a constant to
+every reward changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["TailFit", "choose_tail_size", "fit_tail", "zhang_stephens_gpd"]
+
+# Gauss-Legendre nodes and weights on (0, 1) for integrals over a survival probability.
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
+_GL_S = 0.5 * (_GL_NODES + 1.0)
+_GL_W = 0.5 * _GL_WEIGHTS
+
+_XI_MIN, _XI_MAX = -1.0, 0.9
+
+
+def choose_tail_size(n: int) -> int:
+    """How many of the top rewards feed the tail fit after ``n`` observations.
+
+    The top half while n is small (the paper's "above the median", Algorithm line 7), then a
+    slowly growing share (10 + n/10) so that the fit describes the upper tail, not the body:
+    n=8 -> 4, n=30 -> 13, n=100 -> 20, n=960 -> 106.
+    """
+    return max(1, min(n // 2, 10 + n // 10))
+
+
+def zhang_stephens_gpd(exceedances: np.ndarray) -> tuple[float, float]:
+    """Zhang & Stephens (2009) estimate of GPD (sigma, xi) from sorted positive exceedances.
+
+    Profile likelihood over theta = -xi / sigma on a data-driven grid of ``20 + sqrt(k)`` points,
+    averaged with likelihood weights (their equations 5-7). ``exceedances`` must be sorted
+    ascending, positive, with at least two values.
+    """
+    top = float(exceedances[-1])
+    y = exceedances / top  # the shape is scale-free; unit scale keeps the grid finite
+    k = y.size
+    m = 20 + int(math.sqrt(k))
+    j = np.arange(1, m + 1, dtype=float)
+    quartile = max(float(y[max(0, int(k / 4.0 + 0.5) - 1)]), 1e-12)
+    theta = 1.0 + (1.0 - np.sqrt(m / (j - 0.5))) / (3.0 * quartile)
+    with np.errstate(all="ignore"):
+        # For a given theta the likelihood-maximising shape is xi(theta) = mean(log(1 - theta y));
+        # profile log-likelihood per grid point (their equation 6, with xi = -k).
+        xi_grid = np.log1p(-theta[:, None] * y[None, :]).mean(axis=1)
+        loglik = k * (np.log(-theta / xi_grid) - xi_grid - 1.0)
+        loglik = np.where(np.isfinite(loglik), loglik, -np.inf)
+        if not np.isfinite(loglik).any():
+            return float(exceedances.mean()), 0.0
+        weights = np.exp(loglik - loglik.max())
+        weights /= weights.sum()
+        theta_hat = float(np.dot(weights, theta))
+        xi = float(np.log1p(-theta_hat * y).mean())
+    if theta_hat == 0.0 or not math.isfinite(xi):
+        return float(exceedances.mean()), 0.0
+    sigma = -xi / theta_hat * top
+    if not (sigma > 0.0 and math.isfinite(sigma)):
+        return float(exceedances.mean()), 0.0
+    return sigma, xi
+
+
+@dataclass(frozen=True)
+class TailFit:
+    """Empirical body + GPD tail above ``u`` (see the module docstring).
+
+    ``p_u`` is the probability of exceeding ``u``; exceedance ``y = v - u`` has survival
+    ``(1 + xi y / sigma) ** (-1 / xi)``.
+    """
+
+    u: float
+    p_u: float
+    sigma: float
+    xi: float
+    k: int
+
+    # -- the GPD pieces, all relative to u --------------------------------------------------
+    def _excess_quantile(self, survival: float, sigma: float | None = None) -> float:
+        """Exceedance y with S_gpd(y) = survival (0 < survival <= 1)."""
+        s = self.sigma if sigma is None else sigma
+        e = -math.log(survival)
+        if abs(self.xi) < 1e-9:
+            return s * e
+        return s * math.expm1(self.xi * e) / self.xi
+
+    def excess_survival(self, y: float) -> float:
+        """S_gpd(y) for y >= 0: the probability that a tail draw exceeds u + y."""
+        if y <= 0.0:
+            return 1.0
+        z = self.xi * y / self.sigma
+        if abs(self.xi) < 1e-9:
+            return math.exp(-y / self.sigma)
+        if z <= -1.0:
+            return 0.0
+        return math.exp(-math.log1p(z) / self.xi)
+
+    def kappa_offset(self, alpha: float) -> float:
+        """kappa - u: the alpha-percentile of the fitted distribution, relative to u.
+
+        When ``p_u <= 1 - alpha`` the percentile lies in the empirical body; we then return 0
+        (kappa = u), the smallest value the tail model can vouch for.
+        """
+        tail = 1.0 - alpha
+        if self.p_u <= tail:
+            return 0.0
+        return self._excess_quantile(tail / self.p_u)
+
+    def endpoint_offset(self) -> float:
+        """Upper end of the support relative to u (inf unless xi < 0)."""
+        return -self.sigma / self.xi if self.xi < 0.0 else math.inf
+
+    # -- the two expectations the stopping rules need ----------------------------------------
+    def conditional_acceptance(self, m_offset: float, kappa_offset: float) -> float:
+        """E[AR_kappa(V) | V > u + m_offset] (Definition "Acceptance Rate").
+
+        This is the mean acceptance of a first-crossing rule with threshold u + m_offset: the
+        reward it returns is distributed as V conditioned on exceeding the threshold. Above the
+        threshold V - u is again GPD with scale sigma + xi m_offset; we integrate over its
+        probability level s in (0, 1), split where V reaches kappa (AR is exactly 1 beyond), so
+        24-point Gauss-Legendre sees a smooth integrand.
+        """
+        sigma_m = self.sigma + self.xi * m_offset
+        if sigma_m <= 0.0 or m_offset >= kappa_offset:
+            return acceptance(m_offset - kappa_offset)
+        # Probability level where the conditional tail reaches kappa.
+        to_kappa = kappa_offset - m_offset
+        z = self.xi * to_kappa / sigma_m
+        if abs(self.xi) < 1e-9:
+            log_surv = -to_kappa / sigma_m
+        elif z <= -1.0:
+            log_surv = -math.inf  # kappa beyond the bounded tail's end: AR < 1 everywhere
+        else:
+            log_surv = -math.log1p(z) / self.xi
+        s_kappa = -math.expm1(log_surv)  # P(V <= kappa | V > m)
+        e = -np.log1p(-s_kappa * _GL_S)  # exponential quantiles of the scaled nodes
+        if abs(self.xi) < 1e-9:
+            nodes = m_offset + sigma_m * e
+        else:
+            nodes = m_offset + sigma_m * np.expm1(self.xi * e) / self.xi
+        below = s_kappa * float(np.dot(_GL_W, _acceptance_array(nodes - kappa_offset)))
+        return below + (1.0 - s_kappa)
+
+    def expected_gain(self, m_offset: float, kappa_offset: float) -> float:
+        """E[(u_kappa(V) - u_kappa(M))+] for M = u + m_offset: one more sample's expected gain.
+
+        Weitzman's test (Definition "Fair-cap value"): stopping at M is right exactly when this
+        is <= c, since the left side decreases in M.
+        """
+        m_offset = max(m_offset, 0.0)
+        base = acceptance(m_offset - kappa_offset)
+        if base >= 1.0:
+            return 0.0
+        p_above = self.p_u * self.excess_survival(m_offset)
+        if p_above <= 0.0:
+            return 0.0
+        gain = self.conditional_acceptance(m_offset, kappa_offset) - base
+        return p_above * max(gain, 0.0)
+
+
+def acceptance(d: float) -> float:
+    """AR for reward - kappa = d: min(2 e^d / (e^d + 1), 1) (Definition "Acceptance Rate")."""
+    if d >= 0.0:
+        return 1.0
+    e = math.exp(d)  # d < 0: no overflow, underflows gracefully to 0
+    return 2.0 * e / (1.0 + e)
+
+
+def _acceptance_array(d: np.ndarray) -> np.ndarray:
+    e = np.exp(np.minimum(d, 0.0))
+    return np.minimum(2.0 * e / (1.0 + e), 1.0)
+
+
+def fit_tail(
+    sorted_rewards: np.ndarray | list[float],
+    *,
+    xi0: float = 0.0,
+    prior_weight: float = 30.0,
+    k: int | None = None,
+) -> TailFit | None:
+    """Fit :class:`TailFit` to ascending-sorted rewards; None when there is no tail to fit.
+
+    "No tail" means fewer than two distinct rewards above the threshold - e.g. every reward tied
+    at a clip, which real judge scores often are. Callers then keep sampling.
+
+    The shape estimate is shrunk to ``xi0``: ``xi = (k xi_zs + w xi0) / (k + w)``, and sigma is
+    re-solved so that the fitted mean exceedance ``sigma / (1 - xi)`` equals the observed one
+    (the mean is the best-determined statistic of a small sample). xi is kept in [-1, 0.9] so
+    that the mean exceedance exists.
+    """
+    values = np.asarray(sorted_rewards, dtype=float)
+    n = values.size
+    if n < 3:
+        return None
+    k = choose_tail_size(n) if k is None else k
+    u = float(values[n - k - 1])
+    top = values[n - k :]
+    y = top[top > u] - u
+    kk = y.size
+    if kk < 2:
+        return None
+    if y[0] == y[-1]:
+        # All exceedances tie (e.g. several rewards at an upper clip): a bounded tail.
+        xi_zs = _XI_MIN
+    else:
+        _, xi_zs = zhang_stephens_gpd(y)
+    xi = (kk * xi_zs + prior_weight * xi0) / (kk + prior_weight)
+    xi = min(max(xi, _XI_MIN), _XI_MAX)
+    mean_excess = float(y.mean())
+    sigma = mean_excess * (1.0 - xi)
+    if not sigma > 0.0:
+        return None
+    return TailFit(u=u, p_u=kk / n, sigma=sigma, xi=xi, k=kk)

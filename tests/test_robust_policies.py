@@ -1,0 +1,145 @@
+"""Contract and property tests for the GPD-tail policies (stoppers.robust)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stoppers.base import PolicyStoppedError
+from stoppers.robust import TailPandora, TailPrior, TailTargetAcceptance, fit_tail
+
+POLICIES = {
+    "cost": lambda **kw: TailPandora(1e-3, **kw),
+    "target": lambda **kw: TailTargetAcceptance(0.9, **kw),
+}
+
+finite = st.floats(min_value=-50, max_value=50, allow_nan=False, allow_infinity=False)
+
+
+def run(policy, rewards):
+    for r in rewards:
+        if policy.observe(r):
+            break
+    return policy
+
+
+@pytest.mark.parametrize("mode", sorted(POLICIES))
+@settings(max_examples=40, deadline=None)
+@given(rewards=st.lists(finite, min_size=1, max_size=80), budget=st.integers(1, 60))
+def test_budget_is_never_exceeded(mode, rewards, budget):
+    min_samples = min(8, budget)
+    policy = run(POLICIES[mode](max_samples=budget, min_samples=min_samples), rewards)
+    assert policy.n <= budget
+    if policy.n == budget and policy.stop_reason is not None:
+        assert policy.stop_reason in {"budget", "threshold", "target"}
+    if policy.stop_reason is None:
+        assert policy.n == len(rewards) < budget
+    assert policy.best == max(rewards[: policy.n])
+    assert rewards[policy.best_index] == policy.best
+
+
+@pytest.mark.parametrize("mode", sorted(POLICIES))
+@settings(max_examples=40, deadline=None)
+@given(
+    ticks=st.lists(st.integers(-400, 400), min_size=8, max_size=120),
+    shift=st.integers(-200, 200),
+)
+def test_adding_a_constant_changes_no_decision(mode, ticks, shift):
+    # Dyadic rewards (multiples of 1/8) keep the shift exact in floating point, so any
+    # difference would be the policy's, not rounding's.
+    base = [t / 8.0 for t in ticks]
+    a = run(POLICIES[mode](max_samples=200), base)
+    b = run(POLICIES[mode](max_samples=200), [r + shift for r in base])
+    assert (a.n, a.stop_reason, a.best_index) == (b.n, b.stop_reason, b.best_index)
+
+
+@pytest.mark.parametrize("mode", sorted(POLICIES))
+def test_non_finite_rewards_and_observe_after_stop_raise(mode):
+    policy = POLICIES[mode](max_samples=2)
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError, match="finite"):
+            policy.observe(bad)
+    policy.observe(0.0)
+    assert policy.observe(1.0) and policy.stop_reason == "budget"
+    with pytest.raises(PolicyStoppedError):
+        policy.observe(2.0)
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda: TailPandora(0.0), "cost"),
+        (lambda: TailPandora(-1.0), "cost"),
+        (lambda: TailPandora(math.nan), "cost"),
+        (lambda: TailTargetAcceptance(0.0), "target"),
+        (lambda: TailTargetAcceptance(1.2), "target"),
+        (lambda: TailPandora(1e-3, alpha=1.0), "alpha"),
+        (lambda: TailTargetAcceptance(0.9, alpha=0.0), "alpha"),
+        (lambda: TailPandora(1e-3, min_samples=10, max_samples=5), "min_samples"),
+        (lambda: TailTargetAcceptance(0.9, min_samples=0), "min_samples"),
+        (lambda: TailTargetAcceptance(0.9, max_samples=0), "max_samples"),
+        (lambda: TailPandora(1e-3, kappa_z=-1.0), "kappa_z"),
+        (lambda: TailPandora(1e-3, scale_z=math.inf), "scale_z"),
+        (lambda: TailPrior(weight=-1.0), "weight"),
+        (lambda: TailPrior(base_xi=math.nan), "base_xi"),
+    ],
+)
+def test_invalid_parameters_name_themselves(make, name):
+    with pytest.raises(ValueError, match=name):
+        make()
+
+
+@pytest.mark.parametrize("mode", sorted(POLICIES))
+def test_rewards_tied_at_a_clip_never_stop_before_the_budget(mode):
+    # All-tied rewards carry no tail information: stopping would return a clipped answer.
+    policy = run(POLICIES[mode](max_samples=40), [-9.21] * 60)
+    assert policy.n == 40 and policy.stop_reason == "budget"
+
+
+@pytest.mark.parametrize("mode", sorted(POLICIES))
+def test_streamed_fit_equals_the_batch_fit_of_the_prefix_it_was_made_on(mode):
+    rng = np.random.default_rng(3)
+    stream = rng.standard_t(3.0, size=300).tolist()
+    # A 50-standard-error benchmark margin keeps kappa_hat out of reach: no early stop.
+    if mode == "cost":
+        policy = TailPandora(1e-12, max_samples=1000, kappa_z=50.0, scale_z=50.0)
+    else:
+        policy = TailTargetAcceptance(1.0, max_samples=1000, kappa_z=50.0)
+    seen = []
+    for r in stream:
+        seen.append(r)
+        refits_before = policy._tracker.refits
+        policy.observe(r)
+        if policy._tracker.refits != refits_before:
+            batch = fit_tail(sorted(seen), xi0=policy.prior.xi0, prior_weight=policy.prior.weight)
+            assert policy._tracker.fit == batch
+    assert policy.n == 300
+    # Past the exact phase refits are sparse: the streaming cache is doing its job.
+    assert policy._tracker.refits < 64 + 120
+
+
+def test_target_policy_delivers_roughly_its_target_on_gaussian_rewards():
+    # Achieved acceptance against the pool's empirical 0.99-quantile, median over prompts.
+    rng = np.random.default_rng(0)
+    achieved = []
+    for _ in range(16):
+        pool = rng.normal(rng.normal(0, 2), math.exp(rng.normal(0, 0.4)), 960)
+        kappa = np.quantile(pool, 0.99)
+        acc = []
+        for _ in range(8):
+            policy = run(TailTargetAcceptance(0.9, max_samples=960), rng.permutation(pool))
+            acc.append(min(2 / (1 + math.exp(kappa - policy.best)), 1.0))
+        achieved.append(np.mean(acc))
+    assert abs(np.median(achieved) - 0.9) < 0.06
+
+
+def test_cost_policy_samples_more_when_samples_are_cheaper():
+    rng = np.random.default_rng(1)
+    streams = [rng.normal(size=960).tolist() for _ in range(30)]
+    n_cheap = np.mean([run(TailPandora(1e-4, max_samples=960), s).n for s in streams])
+    n_dear = np.mean([run(TailPandora(1e-2, max_samples=960), s).n for s in streams])
+    assert n_cheap > 2 * n_dear

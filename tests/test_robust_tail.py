@@ -1,0 +1,87 @@
+"""The GPD tail fit, its integrals, and the cross-prompt prior (stoppers.robust)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from stoppers.robust import TailPrior, fit_tail
+from stoppers.robust.gpd_tail import TailFit, acceptance, zhang_stephens_gpd
+
+
+@pytest.mark.parametrize("xi", [-0.3, 0.0, 0.3])
+def test_zhang_stephens_recovers_the_shape_of_large_gpd_samples(xi):
+    y = np.sort(stats.genpareto(xi, scale=2.0).rvs(4000, random_state=np.random.default_rng(0)))
+    sigma, xi_hat = zhang_stephens_gpd(y)
+    assert xi_hat == pytest.approx(xi, abs=0.06)
+    assert sigma == pytest.approx(2.0, rel=0.08)
+
+
+def test_benchmark_quantile_of_exponential_rewards_is_close():
+    x = np.sort(np.random.default_rng(1).exponential(size=4000))
+    fit = fit_tail(x, xi0=0.0, prior_weight=0.0)
+    assert fit.u + fit.kappa_offset(0.99) == pytest.approx(math.log(100), rel=0.05)
+
+
+def test_too_few_or_tied_rewards_have_no_tail():
+    assert fit_tail([1.0, 2.0]) is None
+    assert fit_tail([-9.21] * 30) is None
+    assert fit_tail([-9.21] * 29 + [3.0]) is None  # one exceedance is not a tail
+
+
+def _gpd(fit: TailFit):
+    return stats.genpareto(fit.xi, loc=0.0, scale=fit.sigma)
+
+
+@pytest.mark.parametrize("xi", [-0.4, -1e-12, 0.25, 0.8])
+@pytest.mark.parametrize("m_off", [0.0, 0.7, 2.5])
+def test_quadrature_integrals_match_adaptive_quadrature(xi, m_off):
+    fit = TailFit(u=0.0, p_u=0.3, sigma=1.3, xi=xi, k=20)
+    kappa_off = fit.kappa_offset(0.99)
+    g = _gpd(fit)
+    s_m = g.sf(m_off)
+    if s_m <= 0:
+        pytest.skip("threshold beyond the bounded tail's endpoint")  # not reached: m_off <= 2.5
+
+    # Independent reference: adaptive quadrature over the survival probability q of V | V > m,
+    # with scipy's own GPD quantile function, split at the acceptance kink (V = kappa).
+    def value(q):
+        return acceptance(g.isf(q * s_m) - kappa_off)
+
+    kink = [g.sf(kappa_off) / s_m] if kappa_off > m_off else []
+    cond = integrate.quad(value, 0.0, 1.0, points=kink, limit=200)[0]
+    assert fit.conditional_acceptance(m_off, kappa_off) == pytest.approx(cond, abs=1e-4)
+    base = acceptance(m_off - kappa_off)
+    gain = fit.p_u * s_m * (cond - base)
+    assert fit.expected_gain(m_off, kappa_off) == pytest.approx(gain, abs=1e-4)
+
+
+def test_acceptance_is_the_papers_definition_and_never_overflows():
+    for d in (-800.0, -3.0, -0.2, 0.0, 4.0):
+        expected = min(2 * math.exp(d) / (math.exp(d) + 1), 1.0) if d > -700 else 0.0
+        assert acceptance(d) == pytest.approx(expected, abs=1e-300)
+
+
+def test_prior_learns_heavy_and_bounded_shapes_from_finished_requests():
+    rng = np.random.default_rng(2)
+    heavy, bounded = TailPrior(), TailPrior()
+    for _ in range(60):
+        heavy.update(rng.standard_t(2.0, size=60))
+        bounded.update(rng.uniform(size=60))
+    assert heavy.requests == bounded.requests == 60
+    assert heavy.xi0 > 0.15
+    assert bounded.xi0 < -0.3
+
+
+def test_prior_skips_requests_that_teach_nothing_and_round_trips_through_json():
+    prior = TailPrior(base_xi=0.1)
+    assert not prior.update([1.0, 2.0, 3.0])  # shorter than min_rewards
+    assert not prior.update([-9.21] * 20)  # all tied: no tail
+    assert prior.requests == 0 and prior.xi0 == 0.1
+    assert prior.update(np.random.default_rng(0).normal(size=40))
+    again = TailPrior.from_dict(json.loads(json.dumps(prior.to_dict())))
+    assert again == prior and again.xi0 == prior.xi0
