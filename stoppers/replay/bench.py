@@ -6,11 +6,12 @@
 1. Full run: ``pandora synth``-style pool, then the profit experiment at one cost with
    AdaptiveBestOfN over all prompts (vectorised engine, all cores) — the issue's target is
    <= 60 s for 200 x 960 x 100.
-2. Side by side on the first ``--loop-prompts`` prompts (all orderings), one process: the
-   policy run alone through the vectorised path and through the per-object loop, so the ratio
-   compares like with like; the loop's full-size time is extrapolated from it (per ordering run,
-   linear in prompts).
-3. Agreement: the two paths' sample counts and kept rewards on that subset (must be identical).
+2. Side by side in one process, the policy run alone: vectorised on one engine-sized chunk
+   (``--chunk`` prompts, all orderings) and the per-object loop on the first ``--loop-prompts``
+   prompts; the ratio is per ordering run, and the loop's full-size time is extrapolated from
+   it (linear in prompts x orderings).
+3. Agreement: the two paths' sample counts and kept rewards on the loop's runs (must be
+   identical).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family", default="mixed")
     ap.add_argument("--policy", default="adaptive")
     ap.add_argument("--loop-prompts", type=int, default=4)
+    ap.add_argument("--chunk", type=int, default=25, help="prompts in the side-by-side chunk")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -59,31 +61,44 @@ def main(argv: list[str] | None = None) -> int:
     mean_n = float(np.mean(summaries.policy_samples[0]))
     print(f"full profit experiment, vectorised: {full:.1f} s (mean samples {mean_n:.1f})")
 
-    k = min(args.loop_prompts, args.prompts)
+    # Side by side, one process: the policy alone on one engine-sized chunk (vectorised) and on
+    # the first --loop-prompts prompts (loop, then scaled per ordering run).
+    chunk = min(args.chunk, args.prompts)
+    k = min(args.loop_prompts, chunk)
     batch = PromptBatch.build(
+        pool.rewards[:chunk],
+        range(chunk),
+        permutations=args.permutations,
+        seed=args.seed,
+        alpha=0.99,
+    )
+    small = PromptBatch.build(
         pool.rewards[:k], range(k), permutations=args.permutations, seed=args.seed, alpha=0.99
     )
     choice = resolve_policy(args.policy)
     t = time.perf_counter()
     (fast,) = run_policy(batch, choice, (args.cost,), config)
     t_fast = time.perf_counter() - t
+    loop_config = ReplayConfig(**{**config.__dict__, "use_loop": True})
     t = time.perf_counter()
-    (slow,) = run_policy(
-        batch, choice, (args.cost,), ReplayConfig(**{**config.__dict__, "use_loop": True})
-    )
+    (slow,) = run_policy(small, choice, (args.cost,), loop_config)
     t_loop = time.perf_counter() - t
-    same_n = float(np.mean(fast.n == slow.n))
-    same_best = float(np.mean(fast.best == slow.best))
-    scale = args.prompts / k
+    rows = small.rows  # prompt-major: the first k prompts are the chunk's first rows
+    same_n = float(np.mean(fast.n[:rows] == slow.n))
+    same_best = float(np.mean(fast.best[:rows] == slow.best))
+    per_run_fast = t_fast / batch.rows
+    per_run_loop = t_loop / small.rows
     print(
-        f"subset {k} prompts x {args.permutations} orderings (one process, policy only): "
-        f"vectorised {t_fast:.2f} s, loop {t_loop:.2f} s, ratio {t_loop / t_fast:.1f}x; "
-        f"identical n {same_n:.4f}, identical best {same_best:.4f}"
+        f"policy only, one process: vectorised {t_fast:.2f} s for {chunk} prompts "
+        f"({per_run_fast * 1e3:.2f} ms per ordering run); loop {t_loop:.2f} s for {k} prompts "
+        f"({per_run_loop * 1e3:.2f} ms per ordering run): {per_run_loop / per_run_fast:.1f}x; "
+        f"identical n {same_n:.4f}, identical best {same_best:.4f} on the loop's {rows} runs"
     )
+    loop_full = per_run_loop * args.prompts * args.permutations
     print(
-        f"loop extrapolated to {args.prompts} prompts: {t_loop * scale:.0f} s on one core "
-        f"(~{t_loop * scale / args.jobs:.0f} s on {args.jobs}) vs {full:.1f} s for the whole "
-        f"vectorised experiment: {t_loop * scale / args.jobs / full:.1f}x"
+        f"loop extrapolated to {args.prompts} prompts x {args.permutations} orderings: "
+        f"{loop_full:.0f} s on one core (~{loop_full / args.jobs:.0f} s on {args.jobs}) vs "
+        f"{full:.1f} s for the whole vectorised experiment: {loop_full / args.jobs / full:.1f}x"
     )
     return 0
 
