@@ -1,18 +1,23 @@
-"""A real Prometheus server scrapes a real gateway during a burst of traffic; then every PromQL
-expression of the "Saved generations" dashboard and of the alert rules runs through
-Prometheus's HTTP API: each must be valid, and each dashboard query must return a series.
+"""A real Prometheus server scrapes a real gateway and a real reward worker during a burst of
+traffic; then every PromQL expression of the "Saved generations" dashboard and of the alert
+rules runs through Prometheus's HTTP API: each must be valid, and each dashboard query must
+return a series.
 
-Prometheus is Debian's package binary (installed by .ci/run), on a free loopback port with a
-temporary data directory and a 1 s scrape interval. The gateway runs on uvicorn against the
-fake upstream (real HTTP) and the fake reward backend, with the repo's own alert rules loaded.
+This is the compose stack without GPUs: Prometheus is Debian's package binary (installed by
+.ci/run) on a free loopback port with a temporary data directory, a 1 s scrape interval, the
+repo's alert rules and the repo's job names. The gateway runs on uvicorn against the fake
+upstream (vLLM's protocol over real HTTP) and scores through the real reward worker
+(`pandora reward-worker`, a separate process serving a tiny random-weight model on the CPU).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import math
+import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,14 +26,17 @@ import httpx
 import pytest
 import yaml
 
-from tests.fakes import FakeReward, FakeUpstream, Fault, free_port
+from stoppers.base import StoppingPolicy
+from tests.fakes import FakeUpstream, Fault, free_port
 from tests.fakes.gateway import GatewayServer, start_gateway
-from tests.fakes.policies import StopAbove
 from tests.test_deploy_static import alert_rules, dashboard_exprs, dashboard_panels
+from tests.tiny_models import build_tiny_reward_model
 
 REPO = Path(__file__).resolve().parents[1]
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
-JOB = "pandora-gateway"  # the job name of deploy/prometheus/prometheus.yml (alerts select it)
+# The job names of deploy/prometheus/prometheus.yml (the alert rules select them).
+JOB = "pandora-gateway"
+WORKER_JOB = "pandora-reward-worker"
 
 # Grafana's variables, replaced the way Grafana would for a dashboard opened on this test's
 # few seconds of data: windows wide enough to cover the whole run.
@@ -56,18 +64,91 @@ def upstream() -> Iterator[FakeUpstream]:
         yield fake
 
 
-def stop_above_half(plan) -> StopAbove:
-    """The stopping rule is injected (a threshold on the fake reward) so that this test checks
-    the metrics pipeline, independent of how the real stoppers are tuned."""
-    return StopAbove(0.5, max_samples=plan.max_samples)
+class BeatTheFirst(StoppingPolicy):
+    """Stop at the first candidate that scores above the first one. The stopping rule is
+    injected so that this test checks the metrics pipeline, independent of how the real
+    stoppers are tuned; with the tiny model's arbitrary scores it still stops early often,
+    so savings, stop reasons and samples per request all vary."""
+
+    def __init__(self, *, max_samples: int | None = None) -> None:
+        super().__init__(max_samples=max_samples)
+        self._first: float | None = None
+
+    def _decide(self, reward: float) -> str | None:
+        if self._first is None:
+            self._first = reward
+            return None
+        return "threshold" if reward > self._first else None
+
+
+class WorkerProcess:
+    """`pandora reward-worker` in its own process, serving a tiny model on the CPU. Started
+    early and awaited late: its torch import overlaps the gateway's and Prometheus's start."""
+
+    def __init__(self, model: Path, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        with log.open("wb") as log_file:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "server.cli",
+                    "reward-worker",
+                    f"--model={model}",
+                    "--device=cpu",
+                    "--dtype=float32",
+                    "--host=127.0.0.1",
+                    f"--port={self.port}",
+                    "--max-wait-ms=2",
+                    "--log-level=warning",
+                ],
+                cwd=REPO,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
+            )
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.process.poll() is None, f"reward worker exited:\n{self.log.read_text()}"
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, f"worker not ready:\n{self.log.read_text()}"
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
-def gateway(upstream: FakeUpstream) -> Iterator[GatewayServer]:
+def reward_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    workdir = tmp_path_factory.mktemp("reward-worker")
+    worker = WorkerProcess(build_tiny_reward_model(workdir / "model"), workdir / "worker.log")
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: FakeUpstream, reward_worker: WorkerProcess) -> Iterator[GatewayServer]:
     server = start_gateway(
         upstream,
-        FakeReward(),
-        policy_factory=stop_above_half,
+        None,  # the app builds its own client for the reward worker from the settings
+        policy_factory=lambda plan: BeatTheFirst(max_samples=plan.max_samples),
+        reward_backend="worker",
+        reward_url=reward_worker.url,
         max_samples=8,
         parallelism=2,
         upstream_retries=0,
@@ -111,7 +192,9 @@ class Prometheus:
 
 @pytest.fixture(scope="module")
 def prometheus(
-    gateway: GatewayServer, tmp_path_factory: pytest.TempPathFactory
+    gateway: GatewayServer,
+    reward_worker: WorkerProcess,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Prometheus]:
     binary = shutil.which("prometheus")
     assert binary, "prometheus not found: install Debian's `prometheus` package (.ci/run does)"
@@ -123,7 +206,11 @@ def prometheus(
             {
                 "job_name": JOB,
                 "static_configs": [{"targets": [f"127.0.0.1:{gateway.port}"]}],
-            }
+            },
+            {
+                "job_name": WORKER_JOB,
+                "static_configs": [{"targets": [f"127.0.0.1:{reward_worker.port}"]}],
+            },
         ],
     }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -178,9 +265,14 @@ def _chat(client: httpx.Client, headers: dict[str, str], seed: int) -> int:
 
 @pytest.fixture(scope="module")
 def traffic(
-    prometheus: Prometheus, gateway: GatewayServer, upstream: FakeUpstream
+    prometheus: Prometheus,
+    gateway: GatewayServer,
+    upstream: FakeUpstream,
+    reward_worker: WorkerProcess,
 ) -> dict[int, int]:
-    prometheus.wait_for(f'up{{job="{JOB}"}}', lambda v: v == 1, 30, "the gateway target")
+    reward_worker.wait_ready()
+    for job in (JOB, WORKER_JOB):
+        prometheus.wait_for(f'up{{job="{job}"}}', lambda v: v == 1, 30, f"the {job} target")
     statuses: dict[int, int] = {}
     modes = [
         {},  # the server default: adaptive
@@ -215,6 +307,13 @@ def traffic(
     sent = sum(statuses.values())
     prometheus.wait_for(
         f'sum(pandora_requests_total{{job="{JOB}"}})', lambda v: v >= sent, 20, "the last scrape"
+    )
+    scored = gateway.metric("pandora_candidates_total", outcome="scored")
+    prometheus.wait_for(
+        f'pandora_reward_items_scored_total{{job="{WORKER_JOB}"}}',
+        lambda v: v >= scored,
+        20,
+        "the worker's last scrape",
     )
     return statuses
 

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from reward.metrics import RewardMetrics
 from server.metrics import GatewayMetrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,6 +87,13 @@ def gateway_sample_names() -> set[str]:
     """Sample names a freshly built gateway exposes (its label values are created up front)."""
     registry = CollectorRegistry()
     GatewayMetrics(registry, max_samples=8)
+    return {sample.name for family in registry.collect() for sample in family.samples}
+
+
+def worker_sample_names() -> set[str]:
+    """Sample names the reward worker exposes."""
+    registry = CollectorRegistry()
+    RewardMetrics(registry)
     return {sample.name for family in registry.collect() for sample in family.samples}
 
 
@@ -166,7 +174,7 @@ def test_prometheusrule_for_the_operator_matches_alerts_yml() -> None:
     assert rule["spec"]["groups"] == groups
 
 
-# --- metric names: deploy/ and the gateway agree ---------------------------------------------
+# --- metric names: deploy/, the gateway and the reward worker agree ----------------------
 
 
 def test_gateway_exposes_every_metric_the_issue_fixes() -> None:
@@ -176,8 +184,8 @@ def test_gateway_exposes_every_metric_the_issue_fixes() -> None:
         assert expected in names, f"gateway does not expose {expected}"
 
 
-def test_every_pandora_metric_used_in_deploy_exists_in_the_gateway() -> None:
-    names = gateway_sample_names()
+def test_every_pandora_metric_used_in_deploy_exists() -> None:
+    names = gateway_sample_names() | worker_sample_names()
     exprs = dashboard_exprs() + [rule["expr"] for rule in alert_rules()]
     used = set().union(*(referenced_metric_names(expr) for expr in exprs))
     assert used, "no pandora_* metric referenced at all"
@@ -255,6 +263,8 @@ def _panels_using(pattern: str) -> list[dict]:
         ("upstream errors", r"pandora_upstream_errors_total"),
         ("in-flight requests", r"pandora_inflight_requests"),
         ("in-flight candidates", r"pandora_inflight_candidates"),
+        ("reward worker throughput", r"pandora_reward_items_scored_total"),
+        ("reward worker batch size", r"pandora_reward_batch_size_bucket"),
     ],
 )
 def test_dashboard_has_every_panel_the_issue_lists(what: str, pattern: str) -> None:
