@@ -276,3 +276,19 @@ def test_best_reward_distribution_is_a_heatmap_of_buckets() -> None:
     (target,) = heatmap["targets"]
     assert target["format"] == "heatmap"
     assert "by (le)" in target["expr"] and "pandora_best_reward_bucket" in target["expr"]
+
+
+# --- README ------------------------------------------------------------------------------------
+
+
+def test_readme_deploy_section_explains_every_metric_and_alert() -> None:
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("<!-- section:deploy -->")
+    end = readme.index("<!-- section:", start + 1)
+    section = readme[start:end]
+    for name in ISSUE_METRICS:
+        assert f"| `{name}` |" in section, f"README: no row for {name}"
+    for rule in alert_rules():
+        assert f"`{rule['alert']}`" in section, f"README: alert {rule['alert']} not explained"
+    for path in ("docker-compose.yml", "deploy/k8s", "http://localhost:3000", "kubectl apply -k"):
+        assert path in section
