@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -297,16 +301,39 @@ def _load_error(what: str, name: str, exc: BaseException) -> EmbeddedLoadError:
     return EmbeddedLoadError(f"cannot load the {what} {name!r} ({reason[:200]}); {OFFLINE_HINT}")
 
 
+def ensure_loadable(what: str, name: str) -> None:
+    """Fail in seconds, not after a minute of hub retries, when a hub model cannot be fetched:
+    not a local directory, not in the Hugging Face cache, and the hub unreachable."""
+    if Path(name).exists():
+        return
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    except Exception:  # an invalid repo id: let from_pretrained explain
+        return
+    host = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or ""
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+    except OSError:
+        raise EmbeddedLoadError(
+            f"cannot load the {what} {name!r}: not a local directory, not in the Hugging Face "
+            f"cache, and {host} is unreachable; {OFFLINE_HINT}"
+        ) from None
+
+
 def build_local_reward(settings: Settings, model: str):
     """The in-process reward backend, loaded now so a bad model stops start-up clearly."""
     from reward.local import LocalRewardBackend
     from reward.scorer import RewardScorer
 
+    ensure_loadable("reward model", model)
     try:
         scorer = RewardScorer.from_pretrained(model, device=settings.device)
     except Exception as exc:
         raise _load_error("reward model", model, exc) from None
-    return LocalRewardBackend(model, device=settings.device, scorer=scorer)
+    return LocalRewardBackend(model, device=settings.device, load_scorer=lambda: scorer)
 
 
 def build_embedded(settings: Settings):
@@ -316,6 +343,8 @@ def build_embedded(settings: Settings):
         from server.demo_models import demo_model_paths
 
         generator_model, reward_model = (str(p) for p in demo_model_paths())
+    ensure_loadable("generator model", generator_model)
+    ensure_loadable("reward model", reward_model)
     try:
         generator = LocalGenerator.from_pretrained(generator_model, device=settings.device)
     except Exception as exc:

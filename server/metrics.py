@@ -37,6 +37,7 @@ STOP_REASONS = (
     "timeout",  # request deadline hit; best so far returned
     "reward_unavailable",  # reward backend down; first candidate returned (fallback)
     "exhausted",  # candidates failed so the budget ran out before the policy stopped
+    "patience",  # stoppers.Patience
     "other",
 )
 UPSTREAM_ERROR_KINDS = (
