@@ -126,13 +126,16 @@ def test_cli_serves_a_model_and_stops_cleanly_on_sigterm(scorer: RewardScorer) -
     assert "Application shutdown complete" in output
 
 
-def test_cli_exits_with_a_message_when_the_model_cannot_load(tmp_path: Path) -> None:
+def test_cli_exits_with_a_message_when_the_model_cannot_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from server.cli import main  # in-process: torch is already imported, a subprocess is slow
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     missing = tmp_path / "no-model-here"
-    worker = _pandora("--model", str(missing), "--device", "cpu", "--port", str(_free_port()))
-    output = worker.communicate(timeout=90)[0]
-    assert worker.returncode == 1
-    assert "model failed to load" in output and str(missing) in output
-    usage = _pandora("--max-batch-size", "0")
-    output = usage.communicate(timeout=60)[0]
-    assert usage.returncode == 2
-    assert "--model" in output and "--max-batch-size" in output
+    args = ["reward-worker", "--model", str(missing), "--device", "cpu", "--host", "127.0.0.1"]
+    assert main([*args, "--port", str(_free_port()), "--log-level", "warning"]) == 1
+    assert "model failed to load" in capsys.readouterr().err
+    assert main(["reward-worker", "--max-batch-size", "0"]) == 2
+    usage = capsys.readouterr().err
+    assert "--model" in usage and "--max-batch-size" in usage
