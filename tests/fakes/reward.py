@@ -2,6 +2,7 @@
 
 ``FakeReward`` implements :class:`reward.base.RewardBackend`. A response ``"answer 0.73 ..."``
 scores 0.73 (anything else scores ``default``), so a test knows which candidate is best.
+``scorer`` replaces that rule (e.g. ``len`` for a real upstream's text).
 Failures are injectable: ``down`` (raises RewardError), ``nan``, ``wrong_count``, ``delay``.
 Every call's batch is recorded in ``calls``.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reward.base import RewardError
@@ -27,8 +28,15 @@ def quality_of(text: str, default: float = 0.0) -> float:
 
 
 class FakeReward:
-    def __init__(self, *, delay: float = 0.0, default: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        delay: float = 0.0,
+        default: float = 0.0,
+        scorer: Callable[[str], float] | None = None,
+    ) -> None:
         self.delay = delay
+        self.scorer = scorer
         self.default = default
         self.down = False
         self.nan = False
@@ -47,7 +55,8 @@ class FakeReward:
             raise RewardError("fake reward backend is down")
         if self.nan:
             return [math.nan for _ in responses]
-        scores = [quality_of(text, self.default) for text in responses]
+        score = self.scorer or (lambda text: quality_of(text, self.default))
+        scores = [score(text) for text in responses]
         return scores[:-1] if self.wrong_count else scores
 
     async def ready(self) -> bool:
