@@ -136,12 +136,11 @@ def fit_tail(
     UCB in target mode (the paper's footnote to Section 4.3).
     """
     with ew.quiet(n, median, tail_count, tail_sum, ref):
-        return TailFit(
-            *_fit(
-                n, median, tail_count, tail_sum, ref,
-                alpha, delta, percentile, delta_schedule, benchmark_bound == "ucb",
-            )
+        b_ucb, benchmark, log_k, empty = _fit(
+            n, median, tail_count, tail_sum, ref,
+            alpha, delta, percentile, delta_schedule, benchmark_bound == "ucb",
         )  # fmt: skip
+        return TailFit(scale_ucb=b_ucb, benchmark=benchmark, kappa=median + log_k, empty=empty)
 
 
 def _fit(
@@ -171,7 +170,7 @@ def _fit(
         level = ew.maximum(ew.log(k / n) - math.log1p(-alpha), 0.0)
     bound = b_ucb if use_ucb else m * ew.maximum(1.0 - width, 0.0)
     log_k = ew.log1p(bound * level)
-    return b_ucb, ew.exp(log_k), median + log_k, empty
+    return b_ucb, ew.exp(log_k), log_k, empty
 
 
 def cost_decision(
@@ -194,18 +193,20 @@ def cost_decision(
     """Cost mode (Algorithm lines 7-16): stop iff n >= min_samples and u_kappa(M) >= tau,
     evaluated as E[(U - u_kappa(M))+] <= cost (no root finding)."""
     with ew.quiet(n, median, tail_count, tail_sum, ref, best):
-        b_ucb, benchmark, kappa, empty = _fit(
+        b_ucb, benchmark, log_k, empty = _fit(
             n, median, tail_count, tail_sum, ref,
             alpha, delta, percentile, delta_schedule, False,
         )  # fmt: skip
-        preference = 1.0 / (1.0 + ew.exp(kappa - best))  # Bradley-Terry P(best beats kappa)
+        preference = 1.0 / (
+            1.0 + ew.exp((median - best) + log_k)
+        )  # Bradley-Terry P(best beats kappa)
         acceptance = ew.minimum(2.0 * preference, 1.0)
         chosen = acceptance if utility == "acceptance" else preference
         excess = utility_excess(chosen, b_ucb, benchmark, utility)
         stop = (n >= min_samples) & (excess <= cost)
         if empty_tail == "continue":
             stop = ew.where(empty, False, stop)
-        return Decision(stop=stop, acceptance=acceptance, kappa=kappa)
+        return Decision(stop=stop, acceptance=acceptance, kappa=median + log_k)
 
 
 def target_decision(
@@ -227,15 +228,15 @@ def target_decision(
     """Target mode (Section 4.3): stop iff n >= min_samples and AR_kappa(M) >= target, with
     kappa from the UCB scale (the paper's footnote: the LCB over-states acceptance)."""
     with ew.quiet(n, median, tail_count, tail_sum, ref, best):
-        _, _, kappa, empty = _fit(
+        _, _, log_k, empty = _fit(
             n, median, tail_count, tail_sum, ref,
             alpha, delta, percentile, delta_schedule, True,
         )  # fmt: skip
-        acceptance = ew.minimum(2.0 / (1.0 + ew.exp(kappa - best)), 1.0)
+        acceptance = ew.minimum(2.0 / (1.0 + ew.exp((median - best) + log_k)), 1.0)
         stop = (n >= min_samples) & (acceptance >= target)
         if empty_tail == "continue":
             stop = ew.where(empty, False, stop)
-        return Decision(stop=stop, acceptance=acceptance, kappa=kappa)
+        return Decision(stop=stop, acceptance=acceptance, kappa=median + log_k)
 
 
 def _reward_for_utility(tau: Any, benchmark: Any, median: Any, utility: Utility) -> Any:

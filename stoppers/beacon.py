@@ -43,7 +43,7 @@ _LOG_C_GRID = np.linspace(math.log(1e-6), math.log(20.0), 48)
 _QUANTILES = 32
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=256)
 def beacon_index_table(max_samples: int) -> np.ndarray:
     """h[k, j] = h_{n,k}(z_j) on :data:`_Z_GRID` for k = 0..n-1 (rows < 3 are +inf: continue).
 

@@ -223,19 +223,19 @@ def _fair_cap_empirical(samples: np.ndarray, cost: float) -> float:
 
 def _fair_cap_frozen(dist: Any, cost: float) -> float:
     lower, upper = dist.support()
-
-    def excess(tau: float) -> float:
-        # E[(V - tau)+] = int_tau^inf S(v) dv; below the support it is E[V] - tau exactly.
-        if tau <= lower:
-            return float(dist.mean()) - tau
-        val, _ = integrate.quad(dist.sf, tau, upper, limit=200, epsabs=0.0, epsrel=1e-12)
-        return val
-
     mean = float(dist.mean())
     if not math.isfinite(mean):
         raise ValueError("the distribution needs a finite mean for its fair cap to exist")
+
+    def excess(tau: float) -> float:
+        # E[(V - tau)+] = int_tau^inf S(v) dv (+ lower - tau below the support, where S = 1).
+        # tanh-sinh calls the survival function on whole arrays of nodes (fast for frozen dists).
+        start = max(tau, lower)
+        val = float(integrate.tanhsinh(dist.sf, start, upper, rtol=1e-13).integral)
+        return val + max(0.0, lower - tau)
+
     lo = mean - cost  # excess(lo) >= mean - lo = cost
-    step = max(float(dist.std()), 1.0)
+    step = max(float(dist.std()), 1e-3) if math.isfinite(dist.std()) else 1.0
     hi = mean
     while excess(hi) > cost:
         hi += step
