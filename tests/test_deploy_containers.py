@@ -456,3 +456,47 @@ def json_list(instruction_args: str) -> list[str]:
     value = json.loads(instruction_args)
     assert isinstance(value, list), "exec form, so signals reach the process"
     return value
+
+
+def test_the_slim_gateway_image_needs_no_torch() -> None:
+    """What the gateway image runs (`pandora serve` with a remote upstream and reward worker)
+    imports and builds its app with torch and transformers made unimportable."""
+    code = """
+import sys
+
+BLOCKED = {"torch", "transformers", "tokenizers", "accelerate"}
+
+class NotInTheImage:  # any import of the model stack now raises ImportError
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is not installed in the gateway image")
+        return None
+
+sys.meta_path.insert(0, NotInTheImage())
+from server.cli import build_parser
+from server.serve_cli import load_settings
+from server.app import create_app
+args = build_parser().parse_args(["serve"])
+settings = load_settings(args)
+app = create_app(settings)
+assert not BLOCKED & set(sys.modules)
+print("ok", settings.upstream_url, settings.effective_reward_backend)
+"""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(REPO),
+        "PANDORA_UPSTREAM_URL": "http://vllm:8000/v1",
+        "PANDORA_REWARD_BACKEND": "worker",
+        "PANDORA_REWARD_URL": "http://reward-worker:8081",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["ok", "http://vllm:8000/v1", "worker"]
