@@ -1,0 +1,73 @@
+"""The real stopping policies (``stoppers``) driven by the gateway, per mode."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+import stoppers
+
+URL = "/v1/chat/completions"
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": 1000}
+
+
+def post(server, headers=None, body=BODY) -> httpx.Response:
+    response = httpx.post(server.url + URL, json=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    return response
+
+
+@pytest.fixture
+def server(gateway_factory):
+    return gateway_factory(max_samples=24, parallelism=1, default_cost=0.05)
+
+
+@pytest.mark.parametrize("cost", [0.02, 0.2])
+def test_adaptive_mode_stops_exactly_where_the_policy_does(server, cost):
+    pandora = post(server, {"X-Pandora-Cost": str(cost)}).json()["pandora"]
+    policy = stoppers.default_cost_policy(cost, max_samples=24)
+    stops = [policy.observe(r) for r in pandora["rewards"]]
+    assert stops[-1] and not any(stops[:-1])  # sequential (parallelism 1): same stream
+    assert pandora["stop_reason"] == policy.stop_reason
+    assert pandora["samples"] == policy.n and pandora["cancelled"] == 0
+    if policy.threshold is not None:
+        assert pandora["threshold"] == pytest.approx(policy.threshold)
+
+
+def test_a_higher_cost_never_samples_more(server):
+    cheap = post(server, {"X-Pandora-Cost": "0.001"}).json()["pandora"]["samples"]
+    dear = post(server, {"X-Pandora-Cost": "0.5"}).json()["pandora"]["samples"]
+    assert dear <= cheap
+
+
+def test_target_mode_uses_the_target_policy(server):
+    pandora = post(server, {"X-Pandora-Target-Acceptance": "0.6"}).json()["pandora"]
+    policy = stoppers.default_target_policy(0.6, max_samples=24)
+    for reward in pandora["rewards"]:
+        stopped = policy.observe(reward)
+    assert stopped and pandora["stop_reason"] == policy.stop_reason
+    assert pandora["acceptance_estimate"] == pytest.approx(policy.acceptance_estimate)
+
+
+def test_fixed_mode_is_best_of_max_samples(server):
+    response = post(server, {"X-Pandora-Mode": "fixed", "X-Pandora-Max-Samples": "5"})
+    assert response.headers["X-Pandora-Samples"] == "5"
+    assert response.headers["X-Pandora-Stop-Reason"] == "budget"
+    pandora = response.json()["pandora"]
+    assert pandora["rewards"][pandora["chosen_index"]] == max(pandora["rewards"])
+
+
+def test_min_samples_is_respected(server):
+    pandora = post(server, {"X-Pandora-Cost": "0.9", "X-Pandora-Min-Samples": "7"}).json()[
+        "pandora"
+    ]
+    assert pandora["samples"] >= 7
+
+
+def test_parallel_sampling_saves_against_the_baseline(gateway_factory):
+    server = gateway_factory(max_samples=16, parallelism=4, baseline_n=16)
+    response = post(server, {"X-Pandora-Cost": "0.3"})
+    pandora = response.json()["pandora"]
+    used = pandora["samples"] + pandora["cancelled"]
+    assert used <= 16
+    assert server.metric("pandora_samples_saved_total") == 16 - used
