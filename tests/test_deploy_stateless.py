@@ -1,19 +1,23 @@
 """The gateway is stateless, so replicas scale horizontally (deploy/k8s HPA, compose --scale).
 
-Two gateway PROCESSES (uvicorn, one worker each, configured from PANDORA_* environment
-variables as in the containers) sit behind one round-robin client, sharing only the upstream,
-like two pods behind a Service. They share nothing else: either answers any request the same,
-an interleaved sequence equals the same sequence on one replica, each counts only its own
-requests, losing one loses nothing, and neither writes a file.
+Two gateway PROCESSES, each exactly what a container runs (`pandora serve`, one uvicorn worker,
+configured by PANDORA_* environment variables, the real stopping policies), sit behind one
+round-robin client, sharing only the upstream (the fake vLLM) and the reward worker (a fake
+one speaking `POST /v1/rewards`), like two pods behind a Service. They share nothing else:
+either answers any request the same, an interleaved sequence equals the same sequence on one
+replica, each counts only its own requests, losing one loses nothing, and neither writes a file.
 """
 
 from __future__ import annotations
 
+import http.server
 import itertools
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,30 +25,70 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fakes import FakeReward, FakeUpstream, free_port
-from tests.fakes.policies import StopAbove
+from tests.fakes import FakeUpstream, free_port, quality_of
 
 REPO = Path(__file__).resolve().parents[1]
 # One candidate at a time: which candidates a request uses then depends only on its seed, not
-# on which finished first, so answers are comparable across processes.
-HEADERS = {"X-Pandora-Parallelism": "1", "X-Pandora-Max-Samples": "6"}
+# on which finished first, so answers are comparable across processes. The real adaptive
+# policy, with a cost that makes it stop after between 2 and 8 samples on these seeds.
+HEADERS = {
+    "X-Pandora-Parallelism": "1",
+    "X-Pandora-Cost": "0.01",
+    "X-Pandora-Min-Samples": "2",
+    "X-Pandora-Max-Samples": "8",
+}
 
 
-def app_from_env():
-    """uvicorn factory run inside each gateway process: settings from the environment (as in
-    the containers), the deterministic fake reward, a threshold stopping rule."""
-    from server.app import create_app
-    from server.config import Settings
+class _RewardHandler(http.server.BaseHTTPRequestHandler):
+    """A stand-in for `pandora reward-worker`: the score is the quality the fake upstream wrote
+    into the text, so it is deterministic and tells the candidates apart."""
 
-    return create_app(
-        Settings(),
-        reward=FakeReward(),
-        policy_factory=lambda plan: StopAbove(0.7, max_samples=plan.max_samples),
-    )
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self._answer(200 if self.path == "/health" else 404, {"status": "ok"})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        responses = body["responses"]
+        self._answer(
+            200,
+            {
+                "model": "fake-reward",
+                "scores": [quality_of(text) for text in responses],
+                "truncated": [False] * len(responses),
+                "usage": {"prompt_tokens": 0},
+            },
+        )
+
+    def _answer(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def reward_worker() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RewardHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 class GatewayProcess:
-    def __init__(self, upstream_url: str, workdir: Path) -> None:
+    def __init__(self, upstream_url: str, reward_url: str, workdir: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.workdir = workdir
@@ -52,7 +96,12 @@ class GatewayProcess:
             **os.environ,
             "PYTHONPATH": str(REPO),
             "HOME": str(workdir),
+            "PANDORA_HOST": "127.0.0.1",
+            "PANDORA_PORT": str(self.port),
             "PANDORA_UPSTREAM_URL": upstream_url,
+            "PANDORA_REWARD_BACKEND": "worker",
+            "PANDORA_REWARD_URL": reward_url,
+            "PANDORA_LOG_LEVEL": "warning",
             "PANDORA_MAX_SAMPLES": "8",
             "PANDORA_UPSTREAM_RETRIES": "0",
             "PANDORA_REQUEST_TIMEOUT": "20",
@@ -60,17 +109,7 @@ class GatewayProcess:
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         env.pop("prometheus_multiproc_dir", None)
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "tests.test_deploy_stateless:app_from_env",
-                "--host=127.0.0.1",
-                f"--port={self.port}",
-                "--workers=1",
-                "--log-level=warning",
-            ],
+            [sys.executable, "-m", "server.cli", "serve"],  # = `pandora serve`
             cwd=workdir,
             env=env,
             stdout=subprocess.PIPE,
@@ -142,13 +181,14 @@ def upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="module")
 def replicas(
-    upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+    upstream: FakeUpstream, reward_worker: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[GatewayProcess]]:
     started: list[GatewayProcess] = []
     try:
         # Start both at once (each takes a few seconds to import), then wait for both.
         for name in ("a", "b"):
-            started.append(GatewayProcess(upstream.base_url, tmp_path_factory.mktemp(name)))
+            workdir = tmp_path_factory.mktemp(name)
+            started.append(GatewayProcess(upstream.base_url, reward_worker, workdir))
         for replica in started:
             replica.wait_ready()
         yield started
@@ -239,7 +279,7 @@ def test_replicas_write_no_files(replicas: list[GatewayProcess]) -> None:
 
 # Last: it stops replica a.
 def test_losing_a_replica_loses_nothing(
-    replicas: list[GatewayProcess], upstream: FakeUpstream
+    replicas: list[GatewayProcess], upstream: FakeUpstream, reward_worker: str
 ) -> None:
     a, b = replicas
     with httpx.Client(base_url=a.url, timeout=30) as on_a:
@@ -248,7 +288,7 @@ def test_losing_a_replica_loses_nothing(
     with httpx.Client(base_url=b.url, timeout=30) as on_b:
         assert [ask(on_b, seed) for seed in SEEDS[:4]] == before
     # A replacement replica starts cold and answers exactly the same.
-    replacement = GatewayProcess(upstream.base_url, a.workdir).wait_ready()
+    replacement = GatewayProcess(upstream.base_url, reward_worker, a.workdir).wait_ready()
     try:
         with httpx.Client(base_url=replacement.url, timeout=30) as fresh:
             assert [ask(fresh, seed) for seed in SEEDS[:4]] == before
