@@ -38,6 +38,7 @@ def test_synth_writes_a_reproducible_npz(tmp_path: Path, capsys) -> None:
 
 def test_replay_writes_schema_and_figures(tmp_path: Path, capsys) -> None:
     pool = _synth(tmp_path, "--family", "gumbel", "--missing-fraction", "0.05")
+    capsys.readouterr()
     out = tmp_path / "out"
     code = main([
         "replay", str(pool), "--permutations", "8", "--costs", "0.01,0.001",
@@ -88,7 +89,7 @@ def test_replay_prints_a_table(tmp_path: Path, capsys) -> None:
         ("npz", ["pool.npz", "--policy", "target", "--experiment", "profit"], "has no cost"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, make, args, message) -> None:
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, make, args, message, capsys) -> None:
     if make == "npz":
         _synth(tmp_path)
     elif make == "narrow":
@@ -99,20 +100,29 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, make, args, message) -
             {"generations": [{"rm_reward": 1.0}, {"text": "unscored"}]},
         ]
         (tmp_path / "pool.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
-    proc = subprocess.run(
-        [sys.executable, "-m", "server.cli", "replay", *args, "--out", "o", "--quiet"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        timeout=120,
-    )
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+    capsys.readouterr()
+    args = [str(tmp_path / args[0]), *args[1:]]
+    code = main(["replay", *args, "--out", str(tmp_path / "o"), "--quiet", "--jobs", "1"])
+    assert code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
     assert lines[0].startswith("pandora replay: error: ")
     assert message in lines[0]
-    assert "Traceback" not in proc.stderr
+    assert captured.out == ""
+    assert not (tmp_path / "o" / "results.json").exists()
+
+
+def test_the_installed_command_prints_no_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "server.cli", "replay", str(tmp_path / "absent.npz")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"pandora replay: error: {tmp_path / 'absent.npz'}: no such file"
 
 
 def test_bad_arguments_are_rejected_by_argparse(capsys) -> None:
