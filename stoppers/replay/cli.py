@@ -18,7 +18,8 @@ __all__ = ["register"]
 DEFAULT_PROFIT_COSTS = (0.002, 0.001, 0.0004, 0.0002)
 DEFAULT_WINRATE_COSTS = tuple(float(f"{c:.3g}") for c in np.logspace(-5, -3, 9))
 DEFAULT_TARGETS = tuple(round(0.6 + 0.05 * i, 2) for i in range(9))
-POLICIES = ("adaptive", "target", "ucb-exp", "beacon", "patience")
+POLICIES = ("adaptive", "target", "ucb-exp", "beacon", "patience", "tail-cost")
+TARGET_POLICIES = ("target", "tail-target")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -76,6 +77,12 @@ def _register_replay(subparsers) -> None:
         help="costs per sample for profit and win rate (default: the paper's, "
         f"profit {','.join(map(str, DEFAULT_PROFIT_COSTS))}; win rate 9 points "
         "log-spaced in 1e-5..1e-3)",
+    )
+    p.add_argument(
+        "--target-policy",
+        choices=TARGET_POLICIES,
+        default="target",
+        help="target-acceptance policy of the savings experiment (default: the paper's)",
     )
     p.add_argument("--targets", type=_floats, help="target acceptance rates (default 0.6..1.0)")
     p.add_argument(

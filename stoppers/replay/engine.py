@@ -32,6 +32,7 @@ class ReplayConfig:
     """Everything a worker needs; plain data so it pickles to worker processes."""
 
     policy: str = "adaptive"
+    target_policy: str = "target"  # the savings experiment's policy ("target" / "tail-target")
     profit_costs: tuple[float, ...] = ()
     winrate_costs: tuple[float, ...] = ()
     targets: tuple[float, ...] = ()
@@ -161,7 +162,7 @@ def replay_chunk(
                     axis=1
                 )
     if config.targets:
-        choice = resolve_policy("target")
+        choice = resolve_policy(config.target_policy)
         outcomes = run_policy(batch, choice, config.targets, config, prefix_max)
         for k, out in enumerate(outcomes):
             result.target_samples[k] = batch.per_prompt(out.n).mean(axis=1)

@@ -128,6 +128,10 @@ PATIENCE_K = 5
 _CHOICES = {
     "adaptive": PolicyChoice("adaptive", "stoppers.adaptive:AdaptiveBestOfN", "cost", fast="cost"),
     "target": PolicyChoice("target", "stoppers.adaptive:TargetAcceptance", "target", fast="target"),
+    "tail-cost": PolicyChoice("tail-cost", "stoppers.robust.cost:TailPandora", "cost"),
+    "tail-target": PolicyChoice(
+        "tail-target", "stoppers.robust.target:TailTargetAcceptance", "target"
+    ),
     "ucb-exp": PolicyChoice("ucb-exp", "stoppers.weitzman:UCBExponential", "cost"),
     "beacon": PolicyChoice("beacon", "stoppers.beacon:Beacon", "cost"),
     "patience": PolicyChoice(

@@ -64,6 +64,7 @@ class ReplayRequest:
             raise ValueError(f"--delta must be in (0, 1), got {args.delta}")
         config = ReplayConfig(
             policy=args.policy,
+            target_policy=args.target_policy,
             profit_costs=(costs or DEFAULT_PROFIT_COSTS) if "profit" in wanted else (),
             winrate_costs=(costs or DEFAULT_WINRATE_COSTS) if "winrate" in wanted else (),
             targets=(args.targets or DEFAULT_TARGETS) if "savings" in wanted else (),
