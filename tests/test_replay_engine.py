@@ -138,3 +138,21 @@ def test_matched_fixed_n_interpolates() -> None:
     assert matched_fixed_n(curve, 0.8) == (3.0, False)  # first N reaching it
     assert matched_fixed_n(curve, 0.85) == (pytest.approx(4.5), False)
     assert matched_fixed_n(curve, 0.95) == (5.0, True)
+
+
+def test_parallel_workers_give_the_same_summaries_as_one_process() -> None:
+    from stoppers.replay.engine import ReplayConfig, run_replay
+    from stoppers.replay.loaders import pool_from_matrix
+
+    rng = np.random.default_rng(8)
+    matrix = rng.gumbel(size=(5, 40))
+    matrix[1, :7] = np.nan  # a ragged prompt
+    pool = pool_from_matrix(matrix)
+    config = ReplayConfig(profit_costs=(0.01,), targets=(0.8,), permutations=6, seed=2)
+    ticks: list[int] = []
+    one = run_replay(pool, config, jobs=1, chunk_prompts=2, progress=ticks.append)
+    two = run_replay(pool, config, jobs=2, chunk_prompts=2)
+    assert sum(ticks) == 5
+    for name in ("fixed_acceptance", "policy_samples", "oracle_samples", "target_acceptance"):
+        np.testing.assert_array_equal(getattr(one, name), getattr(two, name))
+    assert one.budget.tolist() == [40, 33, 40, 40, 40]

@@ -10,6 +10,7 @@ turns them into the paper's three experiments.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -241,7 +242,11 @@ def run_replay(
             if progress is not None:
                 progress(len(indices))
         return summaries
-    with ProcessPoolExecutor(max_workers=jobs) as executor:
+    # forkserver, not fork: the parent may already run threads (tqdm's monitor), and forking a
+    # threaded process can deadlock; workers import only numpy/scipy and this package.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["stoppers.replay.engine"])
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as executor:
         futures = [executor.submit(replay_chunk, pools, indices, config) for pools, indices in work]
         for future in as_completed(futures):
             chunk = future.result()
