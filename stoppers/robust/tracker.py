@@ -4,7 +4,7 @@ Why a cache: a tail fit costs ~30-80 µs (Zhang-Stephens on up to ~100 exceedanc
 than the <= 20 µs per observation the gateway can afford at n = 960. But the fit only moves
 when the tail moves: we refit after every reward while n <= ``exact_until`` (32 by default),
 afterwards only when a reward lands above the current tail threshold u (probability ~p_u, about
-11% at n = 960) or when n has grown by 1/32 since the last fit. Between refits the fit is that
+11% at n = 960) or when n has grown by 1/8 since the last fit. Between refits the fit is that
 of an earlier prefix - a prefix of the same stream, so nothing from the future leaks in.
 Insertion into the sorted list is a C-level memmove (``bisect.insort``): O(n) bytes but
 microseconds at n = 960.
@@ -54,7 +54,7 @@ class TailTracker:
             n <= self.exact_until
             or fit is None
             or reward > fit.u
-            or n >= self._fit_n + max(1, self._fit_n // 32)
+            or n >= self._fit_n + max(1, self._fit_n // 8)
         )
         if not due:
             return False
