@@ -77,7 +77,7 @@ def format_table(results: dict[str, Any]) -> str:
     if results.get("profit"):
         lines += [
             "",
-            "profit      cost   adaptive  best-fixed  N*  ratio (p10-p90)      samples  oracle",
+            "profit      cost     policy  best-fixed  N*  ratio (p10-p90)      samples  oracle",
         ]
         for row in results["profit"]:
             r = row["stats"]["ratio"]
