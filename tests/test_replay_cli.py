@@ -87,6 +87,7 @@ def test_replay_prints_a_table(tmp_path: Path, capsys) -> None:
         ("npz", ["pool.npz", "--max-samples", "500"], "--max-samples 500 exceeds the 60"),
         ("npz", ["pool.npz", "--costs", "2"], "costs must be in (0, 1)"),
         ("npz", ["pool.npz", "--policy", "target", "--experiment", "profit"], "has no cost"),
+        ("npz", ["pool.npz", "--policy-option", "colour=red"], "has no option 'colour'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, make, args, message, capsys) -> None:

@@ -111,3 +111,31 @@ def test_loop_driver_matches_a_hand_run() -> None:
             if policy.observe(value):
                 break
         assert (out.n[row], out.best[row]) == (policy.n, policy.best)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        (("empty_tail", "stop"),),
+        (("percentile", "whole"), ("delta_schedule", "anytime")),
+        (("utility", "bradley_terry"),),
+    ],
+)
+def test_policy_options_reach_both_paths(options) -> None:
+    batch = _batch(_pools("clipped", prompts=3, samples=70, seed=5), permutations=10)
+    choice = resolve_policy("adaptive")
+    config = ReplayConfig(policy="adaptive", policy_options=options)
+    kwargs = choice.kernel_kwargs(0.001, config)
+    assert all(kwargs[name] == value for name, value in options)
+    (fast,) = run_policy(batch, choice, (0.001,), config)
+    (slow,) = run_policy(
+        batch, choice, (0.001,), ReplayConfig(**{**config.__dict__, "use_loop": True})
+    )
+    _assert_same(fast, slow)
+
+
+def test_unknown_policy_option_is_an_error() -> None:
+    with pytest.raises(ValueError, match="has no option 'colour'"):
+        resolve_policy("adaptive").constructor_kwargs(
+            0.01, ReplayConfig(policy_options=(("colour", "red"),)), None
+        )

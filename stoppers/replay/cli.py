@@ -49,6 +49,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _option(text: str) -> tuple[str, object]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return name, value
+
+
 def _register_replay(subparsers) -> None:
     p = subparsers.add_parser(
         "replay",
@@ -104,6 +115,15 @@ def _register_replay(subparsers) -> None:
     p.add_argument("--alpha", type=float, default=0.99, help="benchmark percentile (0.99)")
     p.add_argument("--delta", type=float, help="confidence parameter (default: the policy's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the orderings (default 0)")
+    p.add_argument(
+        "--policy-option",
+        action="append",
+        type=_option,
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra policy constructor keyword, e.g. empty_tail=stop (repeatable; "
+        "VALUE is parsed as JSON when it can be)",
+    )
     p.add_argument("--prompts", type=_positive_int, help="replay only the first N prompts")
     p.add_argument("--out", default="replay-out", help="output directory (default replay-out)")
     p.add_argument("--jobs", type=_positive_int, help="worker processes (default: all cores)")

@@ -45,6 +45,8 @@ class ReplayConfig:
     seed: int = 0
     oracle: bool = True
     use_loop: bool = False  # force the per-object loop (reference / policies without fast path)
+    # Extra constructor keywords for the policies, e.g. (("empty_tail", "stop"),).
+    policy_options: tuple[tuple[str, object], ...] = ()
 
     @property
     def run_costs(self) -> tuple[float, ...]:

@@ -29,9 +29,6 @@ __all__ = [
     "resolve_policy",
 ]
 
-# Keyword arguments of the kernel that come from the policy's constructor.
-_KERNEL_KWARGS = ("alpha", "delta", "min_samples", "percentile", "delta_schedule", "empty_tail")
-
 
 @dataclass(frozen=True)
 class PolicyChoice:
@@ -65,6 +62,7 @@ class PolicyChoice:
         """Keyword arguments for the policy class (only those its constructor accepts)."""
         wanted = {
             **dict(self.fixed),
+            **dict(getattr(config, "policy_options", ())),
             self.parameter: value,
             "alpha": config.alpha,
             "delta": config.delta,
@@ -73,6 +71,12 @@ class PolicyChoice:
         }
         params = inspect.signature(self.policy_class()).parameters
         accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        unknown = [k for k, _ in getattr(config, "policy_options", ()) if k not in params]
+        if unknown and not accepts_any:
+            raise ValueError(
+                f"policy {self.name!r} has no option {', '.join(map(repr, unknown))} "
+                f"(it takes: {', '.join(p for p in params if p != 'max_samples')})"
+            )
         return {k: v for k, v in wanted.items() if v is not None and (accepts_any or k in params)}
 
     def factory(self, value: float, config: Any, batch: PromptBatch) -> PolicyFactory:
@@ -83,16 +87,42 @@ class PolicyChoice:
 
         return build
 
+    def kernel(self):
+        from stoppers import adaptive_math
+
+        return adaptive_math.cost_decision if self.fast == "cost" else adaptive_math.target_decision
+
     def kernel_kwargs(self, value: float, config: Any) -> dict:
-        """The kernel's parameters exactly as the policy object would use them."""
-        params = inspect.signature(self.policy_class()).parameters
-        explicit = self.constructor_kwargs(value, config, None)
+        """The kernel's keyword arguments exactly as the policy object would pass them: every
+        keyword the kernel and the constructor share, explicit or the constructor's default."""
+        kernel_params = inspect.signature(self.kernel()).parameters
+        shared = {
+            name
+            for name, p in kernel_params.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and name != self.parameter
+        }
         out = {self.parameter: value}
-        for name in _KERNEL_KWARGS:
+        for name, setting in self.effective_parameters(config).items():
+            if name in shared:
+                out[name] = setting
+        return out
+
+    def effective_parameters(self, config: Any) -> dict[str, Any]:
+        """Every constructor setting the replay uses (explicit or the class default), for
+        ``results.json``; the varied cost/target and the per-prompt budget are left out."""
+        params = inspect.signature(self.policy_class()).parameters
+        explicit = self.constructor_kwargs(1.0, config, None)
+        out = {}
+        for name, param in params.items():
+            if name in (self.parameter, "max_samples") or param.kind in (
+                inspect.Parameter.VAR_KEYWORD,
+                inspect.Parameter.VAR_POSITIONAL,
+            ):
+                continue
             if name in explicit:
                 out[name] = explicit[name]
-            elif name in params and params[name].default is not inspect.Parameter.empty:
-                out[name] = params[name].default
+            elif param.default is not inspect.Parameter.empty:
+                out[name] = param.default
         return out
 
     def decider(self, value: float, config: Any) -> Decider:

@@ -75,6 +75,7 @@ class ReplayRequest:
             max_samples=args.max_samples,
             seed=args.seed,
             use_loop=args.loop,
+            policy_options=tuple(args.policy_option),
         )
         return cls(
             file=args.file,
@@ -104,7 +105,11 @@ def replay(request: ReplayRequest) -> tuple[dict[str, Any], list[Path]]:
         )
     from stoppers.replay.policies import resolve_policy
 
-    resolve_policy(config.policy)  # fail fast on a policy this install cannot build
+    choice = resolve_policy(config.policy)  # fail fast on a policy this install cannot build
+    parameters = choice.effective_parameters(config)
+    target_parameters = (
+        resolve_policy("target").effective_parameters(config) if config.targets else None
+    )
     with _progress(pool.prompts, request.quiet) as tick:
         summaries = run_replay(pool, config, jobs=request.jobs, progress=tick)
     samples = pool.sizes
@@ -120,8 +125,10 @@ def replay(request: ReplayRequest) -> tuple[dict[str, Any], list[Path]]:
             "permutations": config.permutations,
             "policy": config.policy,
             "alpha": config.alpha,
-            "delta": config.delta,
-            "min_samples": config.min_samples,
+            "delta": parameters.get("delta", config.delta),
+            "min_samples": parameters.get("min_samples", config.min_samples),
+            "policy_parameters": parameters,
+            "target_policy_parameters": target_parameters,
             "seed": config.seed,
             "seconds": 0.0,
             "engine": "loop" if config.use_loop else "vectorised",
