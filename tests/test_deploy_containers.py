@@ -500,3 +500,58 @@ print("ok", settings.upstream_url, settings.effective_reward_backend)
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["ok", "http://vllm:8000/v1", "worker"]
+
+
+def test_the_build_context_builds_the_whole_package(tmp_path: Path) -> None:
+    """Copy exactly what the Dockerfile COPYs (after .dockerignore), build the wheel the image
+    installs, and check every module of the three packages is in it."""
+    context = tmp_path / "context"
+    for stage in stages().values():
+        for instruction, args in stage:
+            if instruction != "COPY" or "--from=" in args:
+                continue
+            parts = [part for part in args.split() if not part.startswith("--")]
+            for source in parts[:-1]:
+                origin = REPO / source
+                if origin.is_dir():
+                    shutil.copytree(
+                        origin,
+                        context / source,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+                        dirs_exist_ok=True,
+                    )
+                else:
+                    (context / source).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(origin, context / source)
+    wheels = tmp_path / "wheels"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(context),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = wheels.glob("pandora_gateway-*.whl")
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        packaged = {name for name in archive.namelist() if name.endswith(".py")}
+    expected = {
+        path.relative_to(REPO).as_posix()
+        for package in ("server", "stoppers", "reward")
+        for path in (REPO / package).rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert expected - packaged == set()
