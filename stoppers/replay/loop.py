@@ -27,7 +27,6 @@ def loop_outcome(
     factory: PolicyFactory,
     *,
     rows: np.ndarray | None = None,
-    on_row: Callable[[], None] | None = None,
 ) -> Outcome:
     """Run one fresh policy per row (all rows, or the given ``rows``) until it stops."""
     chosen = np.arange(batch.rows) if rows is None else np.asarray(rows)
@@ -42,6 +41,4 @@ def loop_outcome(
                 break
         n[out] = policy.n
         best[out] = policy.best
-        if on_row is not None:
-            on_row()
     return Outcome(n=n, best=best)
