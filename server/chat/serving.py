@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import time
 import uuid
@@ -39,6 +40,7 @@ __all__ = ["create_chat_completion", "request_id_for"]
 
 T = TypeVar("T")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+LONE_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # cheap pre-filter
 CLIENT_CLOSED = 499  # nginx's convention; the client never sees it
 
 
@@ -105,15 +107,40 @@ async def create_chat_completion(request: Request, state: GatewayState) -> Respo
 
 
 # -- parsing ------------------------------------------------------------------------------------
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]!r} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _parse_json(raw: bytes) -> dict[str, Any]:
+    """Strict JSON: Python's parser also takes NaN/Infinity (and 1e400 as inf), which no
+    upstream accepts and which cannot be re-encoded; deep nesting exhausts the recursion limit.
+    Both are the client's error (400), never a 500."""
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise InvalidRequestError("request body is not valid UTF-8") from None
     except ValueError as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidRequestError("request body is not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidRequestError("request body must be a JSON object")
+    if LONE_SURROGATE_ESCAPE.search(raw):
+        # Valid JSON can spell invalid Unicode (an unpaired "\\ud800" escape); such a string
+        # cannot be encoded for the upstream or the response, so refuse it here (not a 500).
+        try:
+            json.dumps(data, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise InvalidRequestError(
+                "request body is not valid Unicode: unpaired UTF-16 surrogate escape"
+            ) from None
     return data
 
 
