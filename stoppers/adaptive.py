@@ -255,11 +255,16 @@ class TargetAcceptance(_AdaptiveBase):
 def default_cost_policy(
     cost: float, *, max_samples: int, min_samples: int | None = None
 ) -> StoppingPolicy:
-    """The gateway's policy for a per-sample cost (currently :class:`AdaptiveBestOfN`).
+    """The gateway's policy for a per-sample cost: :class:`stoppers.robust.TailPandora`.
 
-    ``min_samples`` defaults to ``DEFAULT_MIN_SAMPLES`` capped at ``max_samples``.
+    Weitzman's rule on a generalised-Pareto tail fit; it replaced :class:`AdaptiveBestOfN` as the
+    default after the replay in the README section "Stopping that keeps its promise" (profit
+    ~1.0x the best fixed N in hindsight vs 0.6-0.85x for the paper's rule). ``min_samples``
+    defaults to ``DEFAULT_MIN_SAMPLES`` capped at ``max_samples``.
     """
-    return AdaptiveBestOfN(
+    from stoppers.robust.cost import TailPandora  # stoppers.robust imports this package
+
+    return TailPandora(
         cost, max_samples=max_samples, min_samples=_min_samples(min_samples, max_samples)
     )
 

@@ -119,7 +119,7 @@ def test_streamed_fit_equals_the_batch_fit_of_the_prefix_it_was_made_on(mode):
             assert policy._tracker.fit == batch
     assert policy.n == 300
     # Past the exact phase refits are sparse: the streaming cache is doing its job.
-    assert policy._tracker.refits < 32 + 120
+    assert policy._tracker.refits < 16 + 120
 
 
 def test_target_policy_delivers_roughly_its_target_on_gaussian_rewards():

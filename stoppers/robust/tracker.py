@@ -2,7 +2,7 @@
 
 Why a cache: a tail fit costs ~30-80 µs (Zhang-Stephens on up to ~100 exceedances), far more
 than the <= 20 µs per observation the gateway can afford at n = 960. But the fit only moves
-when the tail moves: we refit after every reward while n <= ``exact_until`` (32 by default),
+when the tail moves: we refit after every reward while n <= ``exact_until`` (16 by default),
 afterwards only when a reward lands above the current tail threshold u (probability ~p_u, about
 11% at n = 960) or when n has grown by 1/8 since the last fit. Between refits the fit is that
 of an earlier prefix - a prefix of the same stream, so nothing from the future leaks in.
@@ -33,7 +33,7 @@ class TailTracker:
         *,
         xi0: float,
         prior_weight: float,
-        exact_until: int = 32,
+        exact_until: int = 16,
         leave_out_best: bool = LEAVE_OUT_BEST,
     ) -> None:
         self.leave_out_best = leave_out_best
