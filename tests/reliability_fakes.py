@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = [
+    "ConnectionCounter",
     "LogCapture",
     "SwitchableProxy",
     "assert_no_leaks",
@@ -97,9 +98,12 @@ def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
 
 def pool_connections(server: Any) -> list[Any]:
     """The gateway's pooled upstream connections (httpcore objects; read-only inspection)."""
-    client = server.config.app.state.gateway.upstream.client
-    pool = getattr(client._transport, "_pool", None)
-    return list(pool.connections) if pool is not None else []
+    upstream = server.config.app.state.gateway.upstream
+    connections = []
+    for client in getattr(upstream, "clients", None) or [upstream.client]:
+        pool = getattr(client._transport, "_pool", None)
+        connections += list(pool.connections) if pool is not None else []
+    return connections
 
 
 def assert_no_leaks(server: Any, upstream: Any = None, logs: LogCapture | None = None) -> None:
@@ -221,3 +225,39 @@ def switchable_proxy(target_port: int) -> Iterator[SwitchableProxy]:
         yield proxy
     finally:
         proxy.close()
+
+
+class ConnectionCounter:
+    """A loopback listener that only counts who connects (an SSRF target that must stay quiet)."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self._sock.settimeout(0.1)
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self._sock.close()
