@@ -77,6 +77,32 @@ def test_replay_prints_a_table(tmp_path: Path, capsys) -> None:
     assert results["profit"] == [] and results["savings"] == []
 
 
+def test_replay_reads_the_authors_jsonl(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    path = tmp_path / "mistral_7b_output.merged_rm.jsonl"
+    lines = [
+        json.dumps(
+            {
+                "prompt": f"p{i}",
+                "generations": [
+                    {"text": "...", "mistral_rm_reward": float(a), "armo_rm_reward": float(b)}
+                    for a, b in rng.normal(size=(30, 2))
+                ],
+            }
+        )
+        for i in range(3)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o"
+    code = main(["replay", str(path), "--field", "mistral_rm", "--experiment", "profit",
+                 "--costs", "0.01", "--permutations", "4", "--out", str(out), "--jobs", "1",
+                 "--quiet", "--no-figures"])  # fmt: skip
+    assert code == 0
+    meta = json.loads((out / "results.json").read_text())["meta"]
+    assert meta["source"].endswith("[mistral_rm_reward]")
+    assert (meta["prompts"], meta["samples"]) == (3, 30)
+
+
 @pytest.mark.parametrize(
     ("make", "args", "message"),
     [
