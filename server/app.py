@@ -31,20 +31,26 @@ from server.sampling import Sampler
 from server.state import GatewayState
 from server.upstream import UpstreamClient, UpstreamFailure
 
-__all__ = ["create_app", "upstream_http_client"]
+__all__ = ["create_app", "upstream_http_clients"]
 
 
-def upstream_http_client(settings: Settings) -> httpx.AsyncClient:
-    """The pooled client for a remote upstream (``--upstream-url``)."""
+POOL_SHARDS = 16  # see UpstreamClient: many small connection pools instead of one large one
+
+
+def upstream_http_clients(settings: Settings, shards: int = POOL_SHARDS) -> list[httpx.AsyncClient]:
+    """The pooled clients for a remote upstream (``--upstream-url``)."""
     headers = {}
     if settings.upstream_api_key is not None:
         headers["Authorization"] = f"Bearer {settings.upstream_api_key.get_secret_value()}"
-    return httpx.AsyncClient(
-        base_url=settings.upstream_url or "",
-        headers=headers,
-        timeout=httpx.Timeout(settings.request_timeout),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-    )
+    return [
+        httpx.AsyncClient(
+            base_url=settings.upstream_url or "",
+            headers=headers,
+            timeout=httpx.Timeout(settings.request_timeout),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        )
+        for _ in range(shards)
+    ]
 
 
 def _default_reward(settings: Settings) -> RewardBackend:
@@ -78,9 +84,10 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
-            client = upstream
-            if client is None:
-                client = await stack.enter_async_context(upstream_http_client(settings))
+            clients = [upstream] if upstream is not None else []
+            if not clients:
+                for client in upstream_http_clients(settings):
+                    clients.append(await stack.enter_async_context(client))
             backend = reward
             if backend is None:
                 backend = _default_reward(settings)
@@ -92,7 +99,7 @@ def create_app(
                     metrics.upstream_error(failure.kind)
 
             upstream_client = UpstreamClient(
-                client,
+                clients,
                 retries=settings.upstream_retries,
                 backoff=settings.retry_backoff,
                 on_attempt=on_attempt,

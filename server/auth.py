@@ -8,7 +8,7 @@ from fastapi import Request
 
 from server.errors import AuthenticationError
 
-__all__ = ["key_matches", "require_api_key", "require_api_key_for_ops"]
+__all__ = ["check_api_key", "key_matches", "require_api_key", "require_api_key_for_ops"]
 
 
 def key_matches(given: str, keys: list[bytes]) -> bool:
@@ -20,7 +20,8 @@ def key_matches(given: str, keys: list[bytes]) -> bool:
     return matched
 
 
-def _check(request: Request) -> None:
+def check_api_key(request: Request) -> None:
+    """Raise AuthenticationError unless the request carries a configured key (if any)."""
     keys: list[bytes] = request.app.state.api_keys
     if not keys:
         return
@@ -35,10 +36,10 @@ def _check(request: Request) -> None:
 
 
 async def require_api_key(request: Request) -> None:
-    _check(request)
+    check_api_key(request)
 
 
 async def require_api_key_for_ops(request: Request) -> None:
     """``/metrics`` and ``/ready`` are open unless ``--protect-metrics``."""
     if request.app.state.protect_ops:
-        _check(request)
+        check_api_key(request)

@@ -26,5 +26,6 @@ class GatewayState:
     sampler: Sampler
 
 
-def get_state(request: Request) -> GatewayState:
+async def get_state(request: Request) -> GatewayState:
+    # async: FastAPI would run a plain function in its thread pool
     return request.app.state.gateway

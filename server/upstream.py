@@ -9,10 +9,11 @@ generation. Network failures are translated into :class:`UpstreamFailure` here a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,13 +106,17 @@ class UpstreamClient:
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: httpx.AsyncClient | Sequence[httpx.AsyncClient],
         *,
         retries: int,
         backoff: float,
         on_attempt: Callable[[float, UpstreamFailure | None], None] | None = None,
     ) -> None:
-        self.client = client
+        # Several pools used in turn: httpcore's pool scans all of its connections (quadratically
+        # when idle) on every request, so many small pools cost far less CPU than one big one.
+        self.clients = [client] if isinstance(client, httpx.AsyncClient) else list(client)
+        self.client = self.clients[0]
+        self._turn = itertools.cycle(self.clients)
         self.retry = RetryPolicy(retries, backoff)
         self._on_attempt = on_attempt or (lambda seconds, failure: None)
 
@@ -135,7 +140,8 @@ class UpstreamClient:
 
     async def _stream_once(self, body: dict[str, Any], builder: CandidateBuilder) -> None:
         try:
-            async with self.client.stream("POST", "/chat/completions", json=body) as response:
+            client = next(self._turn)
+            async with client.stream("POST", "/chat/completions", json=body) as response:
                 if response.status_code != 200:
                     raise _status_failure(
                         response.status_code, await response.aread(), response.headers
@@ -150,7 +156,7 @@ class UpstreamClient:
     async def send(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
         """Send a prepared request; transport errors become UpstreamFailure."""
         try:
-            return await self.client.send(request, stream=stream)
+            return await next(self._turn).send(request, stream=stream)
         except httpx.HTTPError as exc:
             raise _transport_failure(exc) from None
 
