@@ -87,6 +87,9 @@ def reward_worker() -> Iterator[str]:
         thread.join(5)
 
 
+_STARTED: list[GatewayProcess] = []  # every gateway process, for their logs on failures
+
+
 class GatewayProcess:
     def __init__(self, upstream_url: str, reward_url: str, workdir: Path) -> None:
         self.port = free_port()
@@ -108,20 +111,23 @@ class GatewayProcess:
         }
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         env.pop("prometheus_multiproc_dir", None)
+        # The log goes next to the working directory, which must stay empty.
+        self.log = workdir.with_name(f"{workdir.name}-{self.port}.log")
+        self._log_file = self.log.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "server.cli", "serve"],  # = `pandora serve`
             cwd=workdir,
             env=env,
-            stdout=subprocess.PIPE,
+            stdout=self._log_file,
             stderr=subprocess.STDOUT,
         )
+        _STARTED.append(self)
 
     def wait_ready(self, timeout: float = 60) -> GatewayProcess:
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:
-                output = self.process.stdout.read().decode() if self.process.stdout else ""
-                raise AssertionError(f"gateway process exited:\n{output}")
+                raise AssertionError(f"gateway process exited:\n{self.log_text()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
                     return self
@@ -149,8 +155,10 @@ class GatewayProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
-        if self.process.stdout:
-            self.process.stdout.close()
+        self._log_file.close()
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
 
 
 class RoundRobin(httpx.BaseTransport):
@@ -208,7 +216,9 @@ def ask(client: httpx.Client, seed: int) -> tuple[str, int, str, list[float]]:
         },
         headers=HEADERS,
     )
-    assert response.status_code == 200, response.text
+    if response.status_code != 200:
+        logs = "\n".join(f"--- {g.url}:\n{g.log_text()[-4000:]}" for g in _STARTED)
+        raise AssertionError(f"{response.status_code} {response.text}\n{logs}")
     body = response.json()
     meta = body["pandora"]
     return (
