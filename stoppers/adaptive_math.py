@@ -107,8 +107,19 @@ class Decision(NamedTuple):
     kappa: Any
 
 
+_WIDTH_CACHE: dict[tuple[int, float], float] = {}
+
+
 def confidence_width(n: Any, delta: float, schedule: DeltaSchedule = "fixed") -> Any:
     """w_n with mu_ucb = mu (1 + w_n), mu_lcb = mu (1 - w_n) (Algorithm line 8)."""
+    if type(n) is int and schedule == "fixed":  # per-request fast path: memoised per (n, delta)
+        key = (n, delta)
+        width = _WIDTH_CACHE.get(key)
+        if width is None:
+            width = math.sqrt(math.log(n) * -math.log(delta) / n)
+            if len(_WIDTH_CACHE) < 1_000_000:
+                _WIDTH_CACHE[key] = width
+        return width
     log_inv_delta = -math.log(delta)
     if schedule == "anytime":
         log_inv_delta = log_inv_delta + ew.log(n * (n + 1.0))
@@ -163,7 +174,7 @@ def _fit(
     k = ew.maximum(tail_count, 1)
     # log of the tail mean of exp(r) over theta; >= 0 in exact arithmetic.
     a = ew.log(ew.maximum(tail_sum, 1e-300) / k) + (ref - median)
-    m = ew.where(empty, 0.0, ew.maximum(ew.expm1(ew.maximum(a, 0.0)), 0.0))
+    m = ew.where(empty, 0.0, ew.expm1(ew.maximum(a, 0.0)))
     width = confidence_width(n, delta, delta_schedule)
     b_ucb = m * (1.0 + width)
     if percentile == "whole":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
     args = parser.parse_args(argv)
     sizes = sorted(set(args.sizes) | {960})
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (timings scale with it)")
     start = time.perf_counter()
     beacon_index_table(max(sizes) + 1)
     print(f"Beacon index table for n = {max(sizes) + 1}: {time.perf_counter() - start:.1f} s")

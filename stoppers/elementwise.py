@@ -47,6 +47,8 @@ _SERIES_TERMS = 20
 
 
 def exp(x: Any) -> Any:
+    if type(x) is float:  # the per-request fast path
+        return math.exp(x) if x < _EXP_OVERFLOW else math.inf
     if isinstance(x, np.ndarray):
         return np.exp(x)
     return math.exp(x) if x < _EXP_OVERFLOW else math.inf
@@ -81,12 +83,16 @@ def sqrt(x: Any) -> Any:
 
 
 def minimum(a: Any, b: Any) -> Any:
+    if type(a) is float and type(b) is float:
+        return a if a < b else b
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.minimum(a, b)
     return a if a < b else b
 
 
 def maximum(a: Any, b: Any) -> Any:
+    if type(a) is float and type(b) is float:
+        return a if a > b else b
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.maximum(a, b)
     return a if a > b else b
@@ -98,6 +104,7 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     return a if cond else b
 
 
+_exp1 = special.exp1
 _COEF_E1 = [math.factorial(k) for k in range(_SERIES_TERMS)]  # (1)_k = k!
 _COEF_E2 = [math.factorial(k + 1) for k in range(_SERIES_TERMS)]  # (2)_k = (k + 1)!
 
@@ -126,7 +133,7 @@ def scaled_exp_integrals(q: Any) -> tuple[Any, Any]:
         h = np.where(near, 1.0 - small * g_small, _series(big, _COEF_E2))
         return g, h
     if q <= _SERIES_FROM:
-        g = math.exp(q) * float(special.exp1(q))
+        g = math.exp(q) * float(_exp1(q))
         return g, 1.0 - q * g
     return _series(q, _COEF_E1), _series(q, _COEF_E2)
 
