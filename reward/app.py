@@ -66,6 +66,7 @@ def create_app(
         max_batch_tokens=settings.max_batch_tokens,
         max_wait_ms=settings.max_wait_ms,
         max_length=settings.max_length,
+        torch_threads=settings.torch_threads,
         observer=metrics,
         load_scorer=load_scorer,
     )

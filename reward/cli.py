@@ -24,6 +24,7 @@ _FIELDS = (
     "max_batch_tokens",
     "max_wait_ms",
     "max_responses",
+    "torch_threads",
     "served_model_name",
     "host",
     "port",
@@ -55,6 +56,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--max-wait-ms", type=float, help="longest wait to fill a batch (5)")
     parser.add_argument("--max-responses", type=int, help="responses per request (1024)")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        help="CPU threads per torch op (default: torch's, one per core; 1 on a busy shared CPU)",
+    )
     parser.add_argument("--served-model-name", help="name reported as `model` in responses")
     parser.add_argument("--host", help="bind address (0.0.0.0)")
     parser.add_argument("--port", type=int, help="port (8081)")
