@@ -53,7 +53,9 @@ def profit_rows(s: PromptSummaries, costs: tuple[float, ...]) -> list[dict]:
     for cost in costs:
         k = s.costs.index(cost)
         adaptive = s.policy_acceptance[k] - cost * s.policy_samples[k]
-        fixed = s.fixed_acceptance - cost * n_grid[None, :]  # (prompts, N)
+        # Best-of-N past a prompt's budget draws (and pays for) only the budget.
+        drawn = np.minimum(n_grid[None, :], s.budget[:, None])
+        fixed = s.fixed_acceptance - cost * drawn  # (prompts, N)
         best_n = int(np.argmax(fixed.mean(axis=0))) + 1
         best_fixed = fixed[:, best_n - 1]
         per_prompt_best = fixed.max(axis=1)
