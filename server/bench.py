@@ -154,7 +154,15 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def load(port: int, concurrency: int, total: int, headers: str, pid: int | None) -> Result:
+async def load(
+    port: int,
+    concurrency: int,
+    total: int,
+    headers: str,
+    pid: int | None,
+    max_seconds: float = 8.0,
+) -> Result:
+    """``total`` requests from ``concurrency`` connections, stopping early after ``max_seconds``."""
     body = json.dumps(BODY).encode()
     latencies: list[float] = []
     errors = 0
@@ -163,9 +171,11 @@ async def load(port: int, concurrency: int, total: int, headers: str, pid: int |
     # warm-up: open every connection once (not measured)
     await asyncio.gather(*(c.post("/v1/chat/completions", body, headers) for c in connections))
 
+    deadline = time.perf_counter() + max_seconds
+
     async def worker(conn: Connection) -> None:
         nonlocal remaining, errors
-        while remaining > 0:
+        while remaining > 0 and time.perf_counter() < deadline:
             remaining -= 1
             started = time.perf_counter()
             status = await conn.post("/v1/chat/completions", body, headers)
@@ -227,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="off", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="smaller counts (~30 s)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per figure")
+    parser.add_argument(
+        "--max-seconds", type=float, default=8.0, help="time cap per measured run (bounded)"
+    )
     args = parser.parse_args(argv)
     if args.role == "upstream":
         run_upstream(args.port)
@@ -264,9 +277,13 @@ def main(argv: list[str] | None = None) -> int:
                 direct, through = [], []
                 for _ in range(args.repeats):
                     print(f"# {mode} c={concurrency} direct", file=sys.stderr, flush=True)
-                    direct.append(asyncio.run(load(up_port, concurrency, total, "", None)))
+                    direct.append(
+                        asyncio.run(load(up_port, concurrency, total, "", None, args.max_seconds))
+                    )
                     print(f"# {mode} c={concurrency} gateway", file=sys.stderr, flush=True)
-                    through.append(asyncio.run(load(port, concurrency, total, "", pid)))
+                    through.append(
+                        asyncio.run(load(port, concurrency, total, "", pid, args.max_seconds))
+                    )
                 d, g = median_result(direct), median_result(through)
                 rows.append((mode, concurrency, d, g))
         print()
