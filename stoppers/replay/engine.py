@@ -246,8 +246,11 @@ def run_replay(
         return summaries
     # forkserver, not fork: the parent may already run threads (tqdm's monitor), and forking a
     # threaded process can deadlock; workers import only numpy/scipy and this package.
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["stoppers.replay.engine"])
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["stoppers.replay.engine"])
+    else:  # Windows
+        context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as executor:
         futures = [executor.submit(replay_chunk, pools, indices, config) for pools, indices in work]
         for future in as_completed(futures):
