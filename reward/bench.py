@@ -42,6 +42,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from reward.base import RewardError
+from reward.local import LocalRewardBackend
+
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"on": 32, "off": 1}
 PROMPT = [
@@ -146,7 +149,7 @@ class _Connection:
 
 
 async def measure(
-    url: str,
+    target: str | LocalRewardBackend,
     *,
     mode: str,
     concurrency: int,
@@ -156,7 +159,11 @@ async def measure(
     round_index: int = 0,
     seed: int = 0,
 ) -> Measurement:
-    """Closed loop: ``concurrency`` clients each send a request as soon as the last returns."""
+    """Closed loop: ``concurrency`` clients each send a request as soon as the last returns.
+
+    ``target`` is a worker's URL, or a :class:`LocalRewardBackend` to measure the batcher and
+    model without HTTP (``--in-process``).
+    """
     rng = random.Random(seed)
     pool = [_responses(responses_per_request, response_words, rng) for _ in range(256)]
     latencies: list[float] = []
@@ -165,26 +172,34 @@ async def measure(
 
     async def loop(worker: int, deadline: float) -> None:
         nonlocal errors
-        connection = _Connection(url)
+        connection = _Connection(target) if isinstance(target, str) else None
         i = worker
         try:
             while time.perf_counter() < deadline:
-                body = {"messages": PROMPT, "responses": pool[i % len(pool)]}
+                responses = pool[i % len(pool)]
                 i += concurrency
                 started = time.perf_counter()
                 try:
-                    status, data = await connection.post("/v1/rewards", body)
-                except (OSError, ConnectionError, asyncio.IncompleteReadError):
+                    if connection is None:
+                        assert not isinstance(target, str)
+                        result = await target.score_detailed(PROMPT, responses)
+                        used = result.prompt_tokens
+                    else:
+                        body = {"messages": PROMPT, "responses": responses}
+                        status, data = await connection.post("/v1/rewards", body)
+                        if status != 200:
+                            raise ConnectionError(f"status {status}")
+                        used = json.loads(data)["usage"]["prompt_tokens"]
+                except (OSError, ConnectionError, asyncio.IncompleteReadError, RewardError):
                     errors += 1
-                    await connection.close()
-                    continue
-                if status != 200:
-                    errors += 1
+                    if connection is not None:
+                        await connection.close()
                     continue
                 latencies.append(time.perf_counter() - started)
-                tokens.append(json.loads(data)["usage"]["prompt_tokens"])
+                tokens.append(used)
         finally:
-            await connection.close()
+            if connection is not None:
+                await connection.close()
 
     warm = time.perf_counter() + min(1.0, seconds / 4)
     await asyncio.gather(*(loop(w, warm) for w in range(concurrency)))
@@ -319,7 +334,9 @@ def _print(rows: list[dict[str, float | int | str]]) -> None:
         print(" | ".join(cells))
 
 
-async def _run_plan(urls: dict[str, str], args: argparse.Namespace) -> list[Measurement]:
+async def _run_plan(
+    urls: dict[str, str | LocalRewardBackend], args: argparse.Namespace
+) -> list[Measurement]:
     results = []
     for round_index in range(args.rounds):
         for concurrency in args.concurrency:
@@ -343,6 +360,27 @@ async def _run_plan(urls: dict[str, str], args: argparse.Namespace) -> list[Meas
     return results
 
 
+async def _run_in_process(model: str, args: argparse.Namespace) -> list[Measurement]:
+    """Both modes over one loaded model, no HTTP: what batching does for model and batcher."""
+    from reward.scorer import RewardScorer
+
+    scorer = RewardScorer.from_pretrained(
+        model, device=args.device, dtype=args.dtype, torch_threads=args.torch_threads
+    )
+    backends: dict[str, str | LocalRewardBackend] = {
+        mode: LocalRewardBackend(
+            model, max_batch_size=size, max_wait_ms=args.max_wait_ms, load_scorer=lambda: scorer
+        )
+        for mode, size in MODES.items()
+    }
+    try:
+        return await _run_plan(backends, args)
+    finally:
+        for backend in backends.values():
+            assert not isinstance(backend, str)
+            await backend.aclose()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m reward.bench", description=__doc__.split("\n")[0]
@@ -363,6 +401,11 @@ def main(argv: list[str] | None = None) -> int:
         "--torch-threads", type=int, help="OMP_NUM_THREADS for the workers (CPU; default: torch's)"
     )
     parser.add_argument("--sequential", action="store_true", help="one worker at a time (GPU)")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="drive LocalRewardBackend directly (no HTTP): the batcher and model alone",
+    )
     parser.add_argument("--load-timeout", type=float, default=600.0)
     parser.add_argument("--json", type=Path, help="also write all measurements here")
     args = parser.parse_args(argv)
@@ -375,7 +418,9 @@ def main(argv: list[str] | None = None) -> int:
             model = _tiny_model(scratch) if args.tiny else args.model
             results = []
             with contextlib.ExitStack() as stack:
-                if args.sequential:
+                if args.in_process:
+                    results = asyncio.run(_run_in_process(model, args))
+                elif args.sequential:
                     for mode, size in MODES.items():
                         with worker(model, size, args) as url:
                             results += asyncio.run(_run_plan({mode: url}, args))
@@ -387,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
                     results = asyncio.run(_run_plan(urls, args))
     rows = summarize(results)
     print(
-        f"\nreward worker benchmark, {started}, model={args.url or args.model or 'tiny'}, "
+        f"\nreward worker benchmark{' (in-process, no HTTP)' if args.in_process else ''}, "
+        f"{started}, model={args.url or args.model or 'tiny'}, "
         f"device={args.device}, {args.responses_per_request} response(s)/request of "
         f"~{args.response_words} words, {args.rounds} rounds x {args.seconds:g}s, "
         f"torch threads={args.torch_threads or 'default'}, cpus={os.cpu_count()}, "

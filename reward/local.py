@@ -39,7 +39,7 @@ class LocalRewardBackend:
     first :meth:`score` (which waits for it); it runs on a thread. ``load_scorer`` replaces the
     loading function (tests, benchmarks: e.g. ``lambda: scorer`` for an already loaded
     :class:`~reward.scorer.RewardScorer`); by default ``model`` is loaded with ``device``/``dtype``.
-    ``torch_threads`` sets torch's CPU thread count (process-wide) before loading.
+    ``torch_threads`` sets torch's CPU threads for the forward passes.
     """
 
     def __init__(
@@ -106,19 +106,13 @@ class LocalRewardBackend:
     def _build_scorer(self) -> RewardScorer:
         from reward.scorer import RewardScorer
 
-        if self.torch_threads is not None:
-            # Process-wide. On an oversubscribed CPU, multi-threaded tiny ops wait on descheduled
-            # threads: one thread was ~15x faster for a small model on our shared 2-core box.
-            import torch
-
-            torch.set_num_threads(self.torch_threads)
-
         return RewardScorer.from_pretrained(
             self.model,
             device=self.device,
             dtype=self.dtype,
             label_index=self.label_index,
             max_length=self.max_length,
+            torch_threads=self.torch_threads,
         )
 
     async def ready(self) -> bool:

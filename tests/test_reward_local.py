@@ -139,3 +139,27 @@ def test_cli_exits_with_a_message_when_the_model_cannot_load(
     assert main(["reward-worker", "--max-batch-size", "0"]) == 2
     usage = capsys.readouterr().err
     assert "--model" in usage and "--max-batch-size" in usage
+
+
+def test_torch_threads_apply_in_the_thread_that_runs_forward(scorer: RewardScorer) -> None:
+    import torch
+
+    async def use() -> None:
+        backend = LocalRewardBackend(
+            str(tiny_reward_model_path()), device="cpu", dtype="float32", torch_threads=1
+        )
+        try:
+            assert await backend.score(PROMPT, ["Paris."]) == pytest.approx(
+                _alone(scorer, ["Paris."]), abs=1e-4
+            )
+            assert backend.scorer is not None
+
+            def forward_then_count() -> int:  # a fresh thread, like the batcher's
+                backend.scorer.forward([backend.scorer.encode(PROMPT, "x").ids])
+                return torch.get_num_threads()
+
+            assert await asyncio.to_thread(forward_then_count) == 1
+        finally:
+            await backend.aclose()
+
+    asyncio.run(use())

@@ -1,0 +1,48 @@
+"""The benchmark's machinery (not its timings): both load generators score for real, and the
+summary pairs the modes. Timings are measured by running `python -m reward.bench`."""
+
+from __future__ import annotations
+
+import asyncio
+
+from reward_fixtures import load_tiny_scorer, serve
+
+from reward.app import create_app
+from reward.bench import Measurement, measure, summarize
+from reward.local import LocalRewardBackend
+from reward.settings import WorkerSettings
+
+
+def test_load_generators_score_through_http_and_in_process() -> None:
+    scorer = load_tiny_scorer()
+    options = {"concurrency": 4, "seconds": 0.3, "responses_per_request": 2, "response_words": 5}
+
+    async def in_process() -> Measurement:
+        backend = LocalRewardBackend("tiny", load_scorer=lambda: scorer)
+        try:
+            return await measure(backend, mode="on", **options)
+        finally:
+            await backend.aclose()
+
+    app = create_app(WorkerSettings(model="tiny"), load_scorer=lambda: scorer)
+    with serve(app) as url:
+        while not app.state.backend.loaded:
+            asyncio.run(asyncio.sleep(0.02))
+        over_http = asyncio.run(measure(url, mode="off", **options))
+    local = asyncio.run(in_process())
+    for result in (over_http, local):
+        assert result.errors == 0
+        assert result.items > 0 and result.items % 2 == 0
+        assert result.items_per_second > 0 and result.latency_p50_ms > 0
+        assert 10 < result.tokens_per_item < 200
+
+
+def test_summary_takes_medians_per_mode_and_the_on_off_ratio() -> None:
+    def m(mode: str, rate: float, rnd: int) -> Measurement:
+        return Measurement(mode, 32, rnd, 100, 1.0, rate, 10.0, 20.0, 0, 50.0)
+
+    results = [m("on", 300, 0), m("on", 90, 1), m("on", 310, 2), m("off", 100, 0)]
+    results += [m("off", 110, 1), m("off", 50, 2)]
+    (row,) = summarize(results)
+    assert row["on_items_per_s"] == 300 and row["off_items_per_s"] == 100
+    assert row["speedup"] == 3.0
