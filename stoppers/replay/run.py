@@ -108,7 +108,9 @@ def replay(request: ReplayRequest) -> tuple[dict[str, Any], list[Path]]:
     choice = resolve_policy(config.policy)  # fail fast on a policy this install cannot build
     parameters = choice.effective_parameters(config)
     target_parameters = (
-        resolve_policy("target").effective_parameters(config) if config.targets else None
+        resolve_policy(config.target_policy).effective_parameters(config)
+        if config.targets
+        else None
     )
     with _progress(pool.prompts, request.quiet) as tick:
         summaries = run_replay(pool, config, jobs=request.jobs, progress=tick)
@@ -128,6 +130,7 @@ def replay(request: ReplayRequest) -> tuple[dict[str, Any], list[Path]]:
             "delta": parameters.get("delta", config.delta),
             "min_samples": parameters.get("min_samples", config.min_samples),
             "policy_parameters": parameters,
+            "target_policy": config.target_policy if config.targets else None,
             "target_policy_parameters": target_parameters,
             "seed": config.seed,
             "seconds": 0.0,
