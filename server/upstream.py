@@ -24,6 +24,7 @@ from server.candidate import Candidate, CandidateBuilder
 __all__ = ["UpstreamClient", "UpstreamFailure"]
 
 MAX_RETRY_DELAY = 10.0
+REDACTED = b"[redacted]"
 
 
 class UpstreamFailure(Exception):
@@ -119,6 +120,23 @@ class UpstreamClient:
         self._turn = itertools.cycle(self.clients)
         self.retry = RetryPolicy(retries, backoff)
         self._on_attempt = on_attempt or (lambda seconds, failure: None)
+        # The upstream key must never reach a client or a log, even when the upstream echoes
+        # it back in an error ("Incorrect API key provided: sk-..."): it is cut out of every
+        # upstream message and pass-through body.
+        self._secrets = sorted(
+            {
+                token.encode()
+                for c in self.clients
+                if len(token := c.headers.get("authorization", "").partition(" ")[2]) >= 4
+            },
+            key=len,
+            reverse=True,
+        )
+
+    def redact(self, data: bytes) -> bytes:
+        for secret in self._secrets:
+            data = data.replace(secret, REDACTED)
+        return data
 
     async def generate(self, body: dict[str, Any], builder: CandidateBuilder) -> Candidate:
         """One candidate, retried on retryable failures; raises the last UpstreamFailure."""
@@ -129,6 +147,9 @@ class UpstreamClient:
             try:
                 await self._stream_once(body, builder)
             except UpstreamFailure as failure:
+                if self._secrets:
+                    failure.message = self.redact(failure.message.encode()).decode()
+                    failure.args = (failure.message,)
                 self._on_attempt(time.perf_counter() - started, failure)
                 if not failure.retryable or attempt >= self.retry.retries:
                     raise
@@ -164,7 +185,7 @@ class UpstreamClient:
         response = await self.send(self.client.build_request("GET", "/models"), stream=False)
         return (
             response.status_code,
-            response.content,
+            self.redact(response.content),
             response.headers.get("content-type", "application/json"),
         )
 

@@ -274,7 +274,7 @@ async def _passthrough(
         raise error_cls(failure.message) from None
     media_type = response.headers.get("content-type", "application/json")
     if not chat.stream or response.status_code != 200:
-        content = await response.aread()
+        content = upstream.redact(await response.aread())  # no upstream key echoed back
         await response.aclose()
         record.finish(response.status_code)
         return Response(
@@ -285,7 +285,7 @@ async def _passthrough(
         status = CLIENT_CLOSED
         try:
             async for chunk in response.aiter_raw():
-                yield chunk
+                yield upstream.redact(chunk)  # (a key split across two reads is not caught)
             status = 200
         except httpx.HTTPError:
             state.metrics.upstream_error("protocol")
