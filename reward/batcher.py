@@ -2,11 +2,14 @@
 
 One background task takes sequences from an asyncio queue. A round starts with the first waiting
 sequence and lasts at most ``max_wait`` after it was queued, or until ``max_batch_size`` sequences
-wait; then everything waiting (bounded) is sorted by length, so sequences of similar length share
-a batch and padding stays small, and cut into batches of at most ``max_batch_size`` sequences and
-``max_batch_tokens`` padded tokens. Each batch is one forward pass on a single worker thread, so
-the event loop keeps serving and the device runs one pass at a time. Every sequence carries its
-own future, so a request gets its scores back in its own order however the batches were cut.
+wait, but only while a request that *announced* itself (it is still being tokenized) has yet to
+submit: a lone request is never held back for company that is not coming, so light traffic pays
+no batching delay. Then everything waiting (bounded) is sorted by length, so sequences of
+similar length share a batch and padding stays small, and cut into batches of at most
+``max_batch_size`` sequences and ``max_batch_tokens`` padded tokens. Each batch is one forward
+pass on a single worker thread, so the event loop keeps serving and the device runs one pass at
+a time. Every sequence carries its own future, so a request gets its scores back in its own
+order however the batches were cut.
 
 If a batch that mixes several requests fails, each request is retried alone, so one poisonous
 input fails only its own request.
@@ -77,10 +80,26 @@ class DynamicBatcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward-forward")
         self._task: asyncio.Task[None] | None = None
         self._requests = 0
+        self._announced = 0  # requests on their way (announce() called, submit() not yet)
         self._closed = False
 
-    async def submit(self, sequences: Sequence[Sequence[int]]) -> list[float]:
-        """Score ``sequences`` (token ids) together with whatever else is waiting."""
+    def announce(self) -> None:
+        """Tell the batcher a request will submit soon, so a forming batch may wait for it."""
+        self._announced += 1
+
+    def withdraw(self) -> None:
+        """An announced request will not submit after all (it failed or was cancelled)."""
+        self._announced = max(0, self._announced - 1)
+
+    async def submit(
+        self, sequences: Sequence[Sequence[int]], *, announced: bool = False
+    ) -> list[float]:
+        """Score ``sequences`` (token ids) together with whatever else is waiting.
+
+        ``announced``: this request called :meth:`announce` earlier.
+        """
+        if announced:
+            self.withdraw()
         if self._closed:
             raise RewardError("the reward batcher is closed")
         if self._task is None:
@@ -126,7 +145,8 @@ class DynamicBatcher:
                 _fail(items, exc)
 
     async def _gather_round(self) -> list[_Item]:
-        """Wait for a first item, then up to ``max_wait`` after its arrival for a full batch."""
+        """Wait for a first item, then, while announced requests are on their way, up to
+        ``max_wait`` after its arrival for a full batch."""
         first = await self._queue.get()
         items = [first]
         deadline = first.queued_at + self.max_wait
@@ -135,7 +155,7 @@ class DynamicBatcher:
                 items.append(self._queue.get_nowait())
                 continue
             remaining = deadline - time.perf_counter()
-            if remaining <= 0:
+            if remaining <= 0 or self._announced == 0:
                 break
             try:
                 items.append(await asyncio.wait_for(self._queue.get(), remaining))

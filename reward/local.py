@@ -146,15 +146,18 @@ class LocalRewardBackend:
         if not responses:
             return ScoreResult([], [], 0)
         loop = asyncio.get_running_loop()
+        self._batcher.announce()  # a batch forming meanwhile may wait for this request
         try:
             encoded = await loop.run_in_executor(
                 self._encoder, _encode_all, self.scorer, messages, responses
             )
-        except RewardError:
+        except BaseException as exc:
+            self._batcher.withdraw()
+            if isinstance(exc, Exception) and not isinstance(exc, RewardError):
+                # bad content parts, templates refusing the dialogue
+                raise RewardInputError(f"cannot format the dialogue for scoring: {exc}") from exc
             raise
-        except Exception as exc:  # bad content parts, templates refusing the dialogue
-            raise RewardInputError(f"cannot format the dialogue for scoring: {exc}") from exc
-        scores = await self._batcher.submit([pair.ids for pair in encoded])
+        scores = await self._batcher.submit([pair.ids for pair in encoded], announced=True)
         if not all(math.isfinite(score) for score in scores):
             raise RewardError(f"reward model produced non-finite scores: {scores}")
         return ScoreResult(

@@ -127,20 +127,35 @@ def test_batching_off_runs_one_sequence_per_pass() -> None:
     assert len(forward.batches) == 10 and all(len(batch) == 1 for batch in forward.batches)
 
 
-def test_a_lone_request_waits_at_most_max_wait() -> None:
+def test_batches_wait_only_for_announced_requests_and_at_most_max_wait() -> None:
     forward = RecordingForward()
 
-    async def main() -> float:
-        batcher = DynamicBatcher(forward, max_batch_size=32, max_wait=0.05)
+    async def timed(batcher: DynamicBatcher, seqs: list[list[int]], **kw: bool) -> float:
+        started = time.perf_counter()
+        await batcher.submit(seqs, **kw)
+        return time.perf_counter() - started
+
+    async def main() -> tuple[float, float, float, float]:
+        batcher = DynamicBatcher(forward, max_batch_size=32, max_wait=0.3)
         try:
-            started = time.perf_counter()
-            await batcher.submit(_seqs([4]))
-            return time.perf_counter() - started
+            lone = await timed(batcher, _seqs([4]))  # nobody else is coming: no wait
+            batcher.announce()  # a second request is being tokenized...
+            first = asyncio.create_task(timed(batcher, _seqs([2])))
+            await asyncio.sleep(0.1)
+            second = await timed(batcher, _seqs([3]), announced=True)  # ...and joins the batch
+            joined = await first
+            batcher.announce()  # announced, but never submits: wait at most max_wait
+            stood_up = await timed(batcher, _seqs([5]))
+            batcher.withdraw()
+            return lone, joined, second, stood_up
         finally:
             await batcher.aclose()
 
-    elapsed = _run(main())
-    assert 0.045 <= elapsed < 1.0
+    lone, joined, second, stood_up = _run(main())
+    assert lone < 0.1
+    assert 0.09 <= joined < 0.3 and second < 0.1
+    assert [len(batch) for batch in forward.batches] == [1, 2, 1]
+    assert 0.29 <= stood_up < 1.5
 
 
 def test_a_failing_request_does_not_fail_the_requests_batched_with_it() -> None:
