@@ -306,6 +306,10 @@ def ensure_loadable(what: str, name: str) -> None:
     not a local directory, not in the Hugging Face cache, and the hub unreachable."""
     if Path(name).exists():
         return
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1:  # a path, not "org/model"
+        raise EmbeddedLoadError(
+            f"cannot load the {what} {name!r}: no such directory; {OFFLINE_HINT}"
+        )
     try:
         from huggingface_hub import try_to_load_from_cache
 
