@@ -143,3 +143,13 @@ def test_cost_policy_samples_more_when_samples_are_cheaper():
     n_cheap = np.mean([run(TailPandora(1e-4, max_samples=960), s).n for s in streams])
     n_dear = np.mean([run(TailPandora(1e-2, max_samples=960), s).n for s in streams])
     assert n_cheap > 2 * n_dear
+
+
+def test_benchmark_margin_grows_as_samples_get_cheaper():
+    from stoppers.robust.cost import default_kappa_z
+
+    margins = [default_kappa_z(c) for c in (0.05, 1e-3, 3e-4, 1e-4, 1e-6)]
+    assert margins == sorted(margins) and margins[0] == margins[1] == 0.3
+    assert margins[3] == pytest.approx(0.65) and margins[-1] == 1.0
+    assert TailPandora(1e-4).kappa_z == pytest.approx(0.65)
+    assert TailPandora(1e-4, kappa_z=0.1).kappa_z == 0.1

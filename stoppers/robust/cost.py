@@ -29,7 +29,7 @@ from stoppers.robust.prior import TailPrior
 from stoppers.robust.target import _default_min_samples, kappa_offset
 from stoppers.robust.tracker import TailTracker
 
-__all__ = ["TailPandora"]
+__all__ = ["TailPandora", "default_kappa_z"]
 
 
 class TailPandora(StoppingPolicy):
@@ -41,7 +41,10 @@ class TailPandora(StoppingPolicy):
     alpha: benchmark percentile, in (0, 1).
     min_samples: rewards to see before any stop (default 8, or max_samples if smaller).
     max_samples: hard budget, stop reason "budget".
-    kappa_z, scale_z: confidence margins on kappa_hat and on the tail integrated for the gain.
+    kappa_z, scale_z: confidence margins on kappa_hat and on the tail integrated for the gain;
+        kappa_z=None picks :func:`default_kappa_z` for the cost.
+    xi_z: optimism on the tail shape for the gain: xi + xi_z * (1 + xi) / sqrt(k + w), the
+        GPD shape's standard error with w prior pseudo-exceedances (0: off).
     prior: cross-prompt :class:`TailPrior` (shape prior); None uses ``TailPrior()``.
     """
 
@@ -52,8 +55,9 @@ class TailPandora(StoppingPolicy):
         alpha: float = 0.99,
         min_samples: int | None = None,
         max_samples: int | None = None,
-        kappa_z: float = 0.3,
+        kappa_z: float | None = None,
         scale_z: float = 1.0,
+        xi_z: float = 0.0,
         prior: TailPrior | None = None,
     ) -> None:
         super().__init__(max_samples=max_samples)
@@ -63,7 +67,9 @@ class TailPandora(StoppingPolicy):
         if not (0.0 < alpha < 1.0):
             raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
         min_samples = _default_min_samples(min_samples, max_samples)
-        for name, z in (("kappa_z", kappa_z), ("scale_z", scale_z)):
+        if kappa_z is None:
+            kappa_z = default_kappa_z(cost)
+        for name, z in (("kappa_z", kappa_z), ("scale_z", scale_z), ("xi_z", xi_z)):
             if not (z >= 0.0 and math.isfinite(z)):
                 raise ValueError(f"{name} must be finite and >= 0, got {z!r}")
         self.cost = cost
@@ -71,6 +77,7 @@ class TailPandora(StoppingPolicy):
         self.min_samples = min_samples
         self.kappa_z = float(kappa_z)
         self.scale_z = float(scale_z)
+        self.xi_z = float(xi_z)
         self.prior = prior if prior is not None else TailPrior()
         self._tracker = TailTracker(xi0=self.prior.xi0, prior_weight=self.prior.weight)
         self._fit_seen: TailFit | None = None
@@ -111,9 +118,23 @@ class TailPandora(StoppingPolicy):
             self._fit_seen = fit
             self._kappa_off = kappa_offset(fit, self.alpha, self.kappa_z, self.prior.weight)
             widen = 1.0 + self.scale_z / math.sqrt(fit.k)
-            self._optimistic = replace(fit, sigma=fit.sigma * widen)
+            xi_up = fit.xi + self.xi_z * (1.0 + fit.xi) / math.sqrt(fit.k + self.prior.weight)
+            self._optimistic = replace(fit, sigma=fit.sigma * widen, xi=min(xi_up, 0.9))
         if self._n < self.min_samples:
             return None
         if refit or reward >= self._best:
             self._gain = self._optimistic.expected_gain(self._best - fit.u, self._kappa_off)
         return "threshold" if self._gain <= self.cost else None
+
+
+def default_kappa_z(cost: float) -> float:
+    """Benchmark margin (standard errors) for a cost: 0.3 at c >= 1e-3, 0.65 at c = 1e-4, <= 1.
+
+    Why it grows as c falls: the smaller the cost, the closer the fair cap sits to utility 1, so
+    the rule stops as soon as the best passes kappa_hat - an under-estimated kappa (heavy tails)
+    then ends the search early. Measured on the replay families: at c = 1e-4 a margin of 0.3
+    left Student-t rewards at 0.96x the best fixed N, 0.65 brought them to ~1.0x at no cost on
+    normal rewards; at c = 1e-3 a margin of 1.0 cost normal and mixture rewards 8-15% profit.
+    """
+    decades = max(0.0, math.log10(1e-3 / cost))
+    return min(0.3 + 0.35 * decades, 1.0)
