@@ -280,7 +280,8 @@ def test_client_disconnect_mid_stream(harness, fake_upstream, mode):
         timeout=5,
     ) as response:
         assert response.status_code == 200
-        next(response.iter_lines())
+        lines = response.iter_lines()  # keep a reference: a collected iterator closes the stream
+        next(lines)
         wait_streams(fake_upstream, 4 if mode == "adaptive" else 1)
     assert fake_upstream.wait_idle(2.0)
     assert_no_leaks(server, fake_upstream, server.logs)
