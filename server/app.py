@@ -24,6 +24,7 @@ from server.body_limit import BodyLimitMiddleware
 from server.chat.api_router import router as chat_router
 from server.config import Settings
 from server.errors import GatewayError, InvalidRequestError
+from server.lean_http import LeanPool
 from server.metrics import GatewayMetrics
 from server.ops import router as ops_router
 from server.policies import PolicyFactory, build_policy
@@ -37,11 +38,15 @@ __all__ = ["create_app", "upstream_http_clients"]
 POOL_SHARDS = 16  # see UpstreamClient: many small connection pools instead of one large one
 
 
+def _auth_headers(settings: Settings) -> dict[str, str]:
+    if settings.upstream_api_key is None:
+        return {}
+    return {"Authorization": f"Bearer {settings.upstream_api_key.get_secret_value()}"}
+
+
 def upstream_http_clients(settings: Settings, shards: int = POOL_SHARDS) -> list[httpx.AsyncClient]:
     """The pooled clients for a remote upstream (``--upstream-url``)."""
-    headers = {}
-    if settings.upstream_api_key is not None:
-        headers["Authorization"] = f"Bearer {settings.upstream_api_key.get_secret_value()}"
+    headers = _auth_headers(settings)
     # One TLS context for all shards: building one costs ~0.1-0.2 s of CPU, paid per client.
     tls = httpx.create_ssl_context()
     return [
@@ -88,9 +93,16 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             clients = [upstream] if upstream is not None else []
+            lean = None
             if not clients:
                 for client in upstream_http_clients(settings):
                     clients.append(await stack.enter_async_context(client))
+                lean = LeanPool(
+                    settings.upstream_url or "",
+                    timeout=settings.request_timeout,
+                    headers=_auth_headers(settings),
+                )
+                stack.push_async_callback(lean.aclose)
             backend = reward
             if backend is None:
                 backend = _default_reward(settings)
@@ -106,6 +118,7 @@ def create_app(
                 retries=settings.upstream_retries,
                 backoff=settings.retry_backoff,
                 on_attempt=on_attempt,
+                lean=lean,
             )
             app.state.gateway = GatewayState(
                 settings=settings,

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from server.candidate import Candidate, CandidateBuilder
+from server.lean_http import LeanPool, LeanResponse, LeanTransportError
 
 __all__ = ["UpstreamClient", "UpstreamFailure"]
 
@@ -112,7 +113,9 @@ class UpstreamClient:
         retries: int,
         backoff: float,
         on_attempt: Callable[[float, UpstreamFailure | None], None] | None = None,
+        lean: LeanPool | None = None,
     ) -> None:
+        self.lean = lean  # the pass-through's lean client (remote upstreams), else httpx
         # Several pools used in turn: httpcore's pool scans all of its connections (quadratically
         # when idle) on every request, so many small pools cost far less CPU than one big one.
         self.clients = [client] if isinstance(client, httpx.AsyncClient) else list(client)
@@ -180,6 +183,23 @@ class UpstreamClient:
             return await next(self._turn).send(request, stream=stream)
         except httpx.HTTPError as exc:
             raise _transport_failure(exc) from None
+
+    async def passthrough(self, body: bytes, *, stream: bool) -> httpx.Response | LeanResponse:
+        """POST ``body`` to ``/chat/completions`` unchanged (mode off). The answer has
+        ``status_code``, ``headers.get``, ``aread``, ``aiter_raw`` and ``aclose``; body errors
+        are ``httpx.TransportError``s."""
+        if self.lean is None:
+            request = self.client.build_request(
+                "POST",
+                "/chat/completions",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+            return await self.send(request, stream=stream)
+        try:
+            return await self.lean.request("POST", "/chat/completions", body)
+        except LeanTransportError as exc:
+            raise UpstreamFailure(exc.kind, str(exc)) from None
 
     async def models(self) -> tuple[int, bytes, str]:
         response = await self.send(self.client.build_request("GET", "/models"), stream=False)

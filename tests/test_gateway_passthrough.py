@@ -67,3 +67,34 @@ def test_off_mode_unreachable_upstream_is_502(gateway_factory):
     )
     assert response.status_code == 502
     assert response.json()["error"]["type"] == "upstream_error"
+
+
+def test_off_mode_reuses_connections_and_survives_a_stale_one(gateway_factory, fake_upstream):
+    server = gateway_factory(default_mode="off")
+    url = server.url + "/v1/chat/completions"
+    body = {"model": "m", "messages": MESSAGES}
+    for _ in range(3):
+        assert httpx.post(url, json=body, timeout=10).status_code == 200
+    assert fake_upstream.open_connections == 1  # one keep-alive connection, reused
+    # the upstream drops the pooled connection without answering: the gateway retries once
+    # on a fresh connection (nothing was processed), the client never notices
+    fake_upstream.inject(Fault("close"))
+    assert httpx.post(url, json=body, timeout=10).status_code == 200
+    assert fake_upstream.request_count == 5
+
+
+def test_off_mode_broken_and_hanging_streams_end_cleanly(gateway_factory, fake_upstream):
+    server = gateway_factory(default_mode="off", request_timeout=0.5)
+    url = server.url + "/v1/chat/completions"
+    body = {"model": "m", "messages": MESSAGES, "stream": True}
+    for fault in ("reset", "hang"):
+        fake_upstream.inject(Fault(fault))
+        with httpx.stream("POST", url, json=body, timeout=10) as response:
+            assert response.status_code == 200
+            lines = [line for line in response.iter_lines() if line]
+        assert lines and "[DONE]" not in lines[-1]  # the client sees a cut stream, as direct
+        assert fake_upstream.wait_idle()
+    assert server.metric("pandora_requests_total", mode="off", status="502") == 2
+    assert server.metric("pandora_inflight_requests") == 0
+    # and the next request works on a fresh connection
+    assert httpx.post(url, json={**body, "stream": False}, timeout=10).status_code == 200

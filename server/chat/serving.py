@@ -258,15 +258,9 @@ async def _passthrough(
     upstream = state.upstream
     if "pandora" in data:
         raw_bytes = json.dumps({k: v for k, v in data.items() if k != "pandora"}).encode()
-    outgoing = upstream.client.build_request(
-        "POST",
-        "/chat/completions",
-        content=raw_bytes,
-        headers={"content-type": "application/json"},
-    )
     try:
         response = await _until_disconnect(
-            request, upstream.send(outgoing, stream=chat.stream), discard=_close_response
+            request, upstream.passthrough(raw_bytes, stream=chat.stream), discard=_close_response
         )
     except UpstreamFailure as failure:
         state.metrics.upstream_error(failure.kind)
