@@ -74,6 +74,7 @@ class LocalRewardBackend:
         self.load_error: BaseException | None = None
         self._batcher: DynamicBatcher | None = None
         self._loading: asyncio.Task[None] | None = None
+        self._closed = False
         # Tokenizers are not safe to share across threads; one thread encodes, in parallel with
         # the batcher's forward thread.
         self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward-encode")
@@ -123,6 +124,7 @@ class LocalRewardBackend:
         return self.loaded
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
             await asyncio.gather(self._loading, return_exceptions=True)
@@ -141,6 +143,8 @@ class LocalRewardBackend:
         self, messages: Sequence[Mapping[str, Any]], responses: Sequence[str]
     ) -> ScoreResult:
         """Scores with truncation flags and the number of tokens scored."""
+        if self._closed:
+            raise RewardError("the in-process reward backend is closed")
         await self.load()
         assert self.scorer is not None and self._batcher is not None
         if not responses:

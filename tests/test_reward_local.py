@@ -68,6 +68,8 @@ def test_local_backend_reports_details_and_load_failures(scorer: RewardScorer) -
             assert await backend.score(PROMPT, []) == []
         finally:
             await backend.aclose()
+        with pytest.raises(RewardError, match="closed"):
+            await backend.score(PROMPT, ["a"])
         failing = LocalRewardBackend("missing", load_scorer=broken)
         try:
             with pytest.raises(RewardError, match="failed to load: no such model directory"):
