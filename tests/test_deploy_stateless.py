@@ -229,7 +229,7 @@ def ask(client: httpx.Client, seed: int) -> tuple[str, int, str, list[float]]:
     )
 
 
-SEEDS = list(range(100, 700, 50))  # 12 requests
+SEEDS = list(range(100, 500, 50))  # 8 requests
 
 
 def test_either_replica_gives_the_same_answer(replicas: list[GatewayProcess]) -> None:
@@ -269,7 +269,7 @@ def test_each_replica_counts_only_its_own_requests(replicas: list[GatewayProcess
             ask(client, seed)
     served_a = balancer.served.count(0)
     served_b = balancer.served.count(1) + balancer.served.count(2)
-    assert (served_a, served_b) == (4, 8)
+    assert (served_a, served_b) == (3, 5)
     for replica, served in ((a, served_a), (b, served_b)):
         for name, labels in series:
             counted = replica.metric(name, **labels) - before[(replica.url, name)]
@@ -279,7 +279,7 @@ def test_each_replica_counts_only_its_own_requests(replicas: list[GatewayProcess
 def test_replicas_write_no_files(replicas: list[GatewayProcess]) -> None:
     balancer = RoundRobin([replica.url for replica in replicas])
     with httpx.Client(base_url="http://gateway", transport=balancer, timeout=30) as client:
-        for seed in SEEDS[:6]:
+        for seed in SEEDS[:4]:
             ask(client, seed)
     for replica in replicas:
         # Their working directory and HOME: nothing created (no cache, no session store, no
