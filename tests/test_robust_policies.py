@@ -94,10 +94,17 @@ def test_invalid_parameters_name_themselves(make, name):
 
 
 @pytest.mark.parametrize("mode", sorted(POLICIES))
-def test_rewards_tied_at_a_clip_never_stop_before_the_budget(mode):
-    # All-tied rewards carry no tail information: stopping would return a clipped answer.
+def test_ties_stop_only_when_they_reveal_a_ceiling(mode):
+    # Identical rewards: wait for 16 (a lower clip may hide a better mode), then stop.
     policy = run(POLICIES[mode](max_samples=40), [-9.21] * 60)
-    assert policy.n == 40 and policy.stop_reason == "budget"
+    assert policy.n == 16 and policy.stop_reason == "tied"
+    # The best tied three times above lower rewards is a ceiling (an upper clip): stop.
+    stream = [-9.21, -9.21, 0.5, 9.21, -9.21, 9.21, -2.0, -9.21, 9.21, 1.0, 2.0]
+    policy = run(POLICIES[mode](max_samples=40), stream)
+    assert policy.n == 9 and policy.stop_reason == "tied"
+    # Two ties at the best are not enough, and min_samples still holds.
+    policy = run(POLICIES[mode](max_samples=40, min_samples=12), stream[:8] + [3.0] * 2)
+    assert policy.stop_reason is None
 
 
 @pytest.mark.parametrize("mode", sorted(POLICIES))

@@ -15,7 +15,8 @@ applied both to kappa_hat and to the tail over which the expected gain is integr
 too early on a heavy tail is what costs most profit; sampling one more costs only c.
 
 Until the tail can be fitted (fewer than two distinct rewards above the threshold) the policy
-keeps sampling.
+keeps sampling - unless the ties say the best is the top of the support (stop reason "tied",
+:meth:`stoppers.robust.tracker.TailTracker.tied_ceiling`).
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ class TailPandora(StoppingPolicy):
         tracker = self._tracker
         refit = tracker.add(reward)
         fit = tracker.fit
+        if tracker.tied_ceiling(self.min_samples):
+            return "tied"
         if fit is None:
             return None
         if refit or fit is not self._fit_seen:

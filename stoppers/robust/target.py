@@ -18,7 +18,8 @@ This policy fixes both:
   We evaluate h at the current best under the fitted tail: one 24-point quadrature, no root.
 
 Until the tail can be fitted (fewer than two distinct rewards above the threshold, e.g. every
-reward tied at a clip) the policy keeps sampling: ties at the bottom are evidence of nothing.
+reward tied at a clip) the policy keeps sampling - unless the ties say the best is the top of
+the support (stop reason "tied", :meth:`TailTracker.tied_ceiling`).
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ class TailTargetAcceptance(StoppingPolicy):
         tracker = self._tracker
         refit = tracker.add(reward)
         fit = tracker.fit
+        if tracker.tied_ceiling(self.min_samples):
+            return "tied"
         if fit is None:
             return None
         if refit or fit is not self._fit_seen:

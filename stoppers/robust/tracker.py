@@ -23,6 +23,8 @@ __all__ = ["TailTracker"]
 # Fit the tail without the current best (judge the best against the others)? Measured on the
 # training families it made the target rule stop earlier but not more efficiently, so off.
 LEAVE_OUT_BEST = False
+TIES_AT_MAX = 3
+ALL_TIED = 16
 
 
 class TailTracker:
@@ -44,6 +46,22 @@ class TailTracker:
         self.fit: TailFit | None = None
         self.refits = 0
         self._fit_n = 0
+
+    def tied_ceiling(self, min_samples: int) -> bool:
+        """The ties say the best is (almost surely) the top of the support: stop.
+
+        Two cases, both common in clipped judge scores: the best reward observed at least
+        ``TIES_AT_MAX`` times with lower rewards present (a ceiling, e.g. the upper clip), or
+        every reward identical for ``max(2 min_samples, ALL_TIED)`` draws (a point mass).
+        Identical rewards at a *lower* clip also look like the second case; waiting for 16 of
+        them keeps the chance of missing a better mode with >= 20% mass below 3%.
+        """
+        values = self.sorted
+        n = len(values)
+        top = values[-1]
+        if values[0] == top:
+            return n >= max(2 * min_samples, ALL_TIED)
+        return n >= min_samples and n - bisect.bisect_left(values, top) >= TIES_AT_MAX
 
     def add(self, reward: float) -> bool:
         """Insert ``reward``; refit when due. Returns True when the fit was recomputed."""
