@@ -38,16 +38,27 @@ class _StaleConnection(Exception):
 
 
 class _Connection:
-    __slots__ = ("reader", "writer")
+    __slots__ = ("idle", "live", "reader", "writer")
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, live: set[_Connection]
+    ) -> None:
         self.reader = reader
         self.writer = writer
+        self.idle = False
+        self.live = live
+        live.add(self)
 
     def usable(self) -> bool:
         return not self.writer.is_closing() and not self.reader.at_eof()
 
+    def is_idle(self) -> bool:
+        """Pooled and waiting (no response in flight on it)."""
+        return self.idle
+
     def close(self) -> None:
+        self.idle = False
+        self.live.discard(self)
         self.writer.close()
 
 
@@ -134,6 +145,11 @@ class LeanPool:
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self._static_headers = f"host: {host_header}\r\n{extra}"
         self._idle: deque[_Connection] = deque()
+        self._live: set[_Connection] = set()
+
+    def connections(self) -> list[_Connection]:
+        """Every open connection (idle or carrying a response), for leak checks in tests."""
+        return list(self._live)
 
     async def request(self, method: str, path: str, body: bytes) -> LeanResponse:
         payload = (
@@ -142,6 +158,7 @@ class LeanPool:
         ).encode() + body
         while self._idle:
             conn = self._idle.pop()
+            conn.idle = False
             if not conn.usable():
                 conn.close()
                 continue
@@ -158,6 +175,7 @@ class LeanPool:
 
     def release(self, conn: _Connection) -> None:
         if conn.usable() and len(self._idle) < MAX_IDLE:
+            conn.idle = True
             self._idle.append(conn)
         else:
             conn.close()
@@ -177,7 +195,7 @@ class LeanPool:
             raise LeanTransportError(
                 "connection", f"upstream connection failed ({type(exc).__name__})"
             ) from None
-        return _Connection(reader, writer)
+        return _Connection(reader, writer, self._live)
 
     async def _exchange(self, conn: _Connection, payload: bytes) -> LeanResponse:
         try:

@@ -49,6 +49,9 @@ class EventStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         writer = asyncio.create_task(self._write(send))
+        # Let the writer start the body before anything can cancel it: an async generator that
+        # never started never runs its ``finally``, which is where upstream work is released.
+        await asyncio.sleep(0)
         watcher = asyncio.create_task(_wait_disconnect(receive))
         try:
             await asyncio.wait({writer, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -64,19 +67,12 @@ class EventStreamResponse(Response):
             raise writer.exception()  # type: ignore[misc]
 
     async def _write(self, send: Send) -> None:
-        # Start the body before anything can cancel this task: an async generator that never
-        # started never runs its ``finally``, and that is where the upstream work is released.
-        # (This task is scheduled before the disconnect watcher, so it always gets that far.)
-        iterator = aiter(self.body_iterator)
-        first = await anext(iterator, None)
         await send(
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
         try:
-            if first is not None:
-                await send({"type": "http.response.body", "body": first, "more_body": True})
-                async for chunk in iterator:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except OSError:  # the client went away mid-write
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -13,7 +13,7 @@ import itertools
 import json
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,7 @@ class RetryPolicy:
         return min(base * (0.5 + random.random() / 2), MAX_RETRY_DELAY)
 
 
-def _status_failure(status: int, body: bytes, headers: httpx.Headers) -> UpstreamFailure:
+def _status_failure(status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamFailure:
     message = _upstream_message(body) or f"upstream answered HTTP {status}"
     if status == 429:
         return UpstreamFailure(
@@ -88,7 +88,7 @@ def _upstream_message(body: bytes) -> str | None:
     return None
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
+def _retry_after(headers: Mapping[str, str]) -> float | None:
     try:
         return max(0.0, float(headers.get("retry-after", "")))
     except ValueError:
@@ -163,6 +163,9 @@ class UpstreamClient:
             return builder.build()
 
     async def _stream_once(self, body: dict[str, Any], builder: CandidateBuilder) -> None:
+        if self.lean is not None:
+            await self._stream_once_lean(body, builder)
+            return
         try:
             client = next(self._turn)
             async with client.stream("POST", "/chat/completions", json=body) as response:
@@ -170,9 +173,30 @@ class UpstreamClient:
                     raise _status_failure(
                         response.status_code, await response.aread(), response.headers
                     )
-                done = await _consume_sse(response, builder)
+                done = await _consume_sse(response.aiter_lines(), builder)
         except httpx.HTTPError as exc:
             raise _transport_failure(exc) from None
+        if not done and builder.finish_reason is None:
+            raise UpstreamFailure("protocol", "upstream stream ended before the completion did")
+
+    async def _stream_once_lean(self, body: dict[str, Any], builder: CandidateBuilder) -> None:
+        """The same exchange on the lean client (remote upstreams): ~3x less CPU than httpx.
+        Cancelling closes the connection mid-body, which makes vLLM abort the generation."""
+        assert self.lean is not None
+        try:
+            response = await self.lean.request("POST", "/chat/completions", _dumps(body))
+        except LeanTransportError as exc:
+            raise UpstreamFailure(exc.kind, str(exc)) from None
+        try:
+            if response.status_code != 200:
+                raise _status_failure(
+                    response.status_code, await response.aread(), response.headers
+                )
+            done = await _consume_sse(_lines(response.aiter_raw()), builder)
+        except LeanTransportError as exc:
+            raise UpstreamFailure(exc.kind, str(exc)) from None
+        finally:
+            await response.aclose()
         if not done and builder.finish_reason is None:
             raise UpstreamFailure("protocol", "upstream stream ended before the completion did")
 
@@ -217,13 +241,29 @@ class UpstreamClient:
         return response.status_code == 200
 
 
-async def _consume_sse(response: httpx.Response, builder: CandidateBuilder) -> bool:
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """Split a raw body into text lines (what httpx's ``aiter_lines`` does)."""
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+    if buffer:
+        yield buffer.decode("utf-8", "replace")
+
+
+async def _consume_sse(lines: AsyncIterator[str], builder: CandidateBuilder) -> bool:
     """Feed every ``data:`` event to the builder; True when ``[DONE]`` arrived.
 
     Reads to the end of the body even after ``[DONE]`` so the connection goes back to the pool.
     """
     done = False
-    async for line in response.aiter_lines():
+    async for line in lines:
         if done or not line.startswith("data:"):
             continue
         payload = line[5:].strip()

@@ -103,6 +103,8 @@ def pool_connections(server: Any) -> list[Any]:
     for client in getattr(upstream, "clients", None) or [upstream.client]:
         pool = getattr(client._transport, "_pool", None)
         connections += list(pool.connections) if pool is not None else []
+    lean = getattr(upstream, "lean", None)  # the gateway's lean client (remote upstreams)
+    connections += lean.connections() if lean is not None else []
     return connections
 
 
