@@ -85,3 +85,46 @@ def test_prior_skips_requests_that_teach_nothing_and_round_trips_through_json():
     assert prior.update(np.random.default_rng(0).normal(size=40))
     again = TailPrior.from_dict(json.loads(json.dumps(prior.to_dict())))
     assert again == prior and again.xi0 == prior.xi0
+
+
+def test_a_policy_uses_its_priors_shape():
+    from stoppers.robust import TailPandora, TailTargetAcceptance
+
+    prior = TailPrior(base_xi=0.4, weight=1e6)  # so strong that the fitted shape is the prior's
+    rng = np.random.default_rng(4)
+    for make in (
+        lambda p: TailPandora(1e-3, prior=p),
+        lambda p: TailTargetAcceptance(0.9, prior=p),
+    ):
+        heavy, light = make(prior), make(TailPrior(base_xi=-0.4, weight=1e6))
+        for r in rng.normal(size=12).tolist():
+            heavy.observe(r)
+            light.observe(r)
+        assert heavy._tracker.fit.xi == pytest.approx(0.4, abs=1e-3)
+        assert light._tracker.fit.xi == pytest.approx(-0.4, abs=1e-3)
+        # A heavier assumed tail puts the benchmark further out.
+        assert heavy.threshold > light.threshold
+
+
+def test_report_builds_tables_from_replay_outputs(tmp_path):
+    from stoppers.robust.report import cost_table, target_table
+
+    profit = {
+        "cost": 0.001,
+        "mean_adaptive_profit": 0.9,
+        "mean_best_fixed_profit": 0.8,
+        "mean_oracle_profit": 1.0,
+        "ratio": 1.1,
+        "best_fixed_n": 40,
+        "mean_samples": 30.0,
+    }
+    saving = {"target": 0.9, "achieved_acceptance": 0.91, "save_ratio": 0.2, "mean_samples": 12.0}
+    for policy, body in (
+        ("tail-cost", {"profit": [profit]}),
+        ("tail-target", {"savings": [saving]}),
+    ):
+        (tmp_path / f"normal-{policy}").mkdir()
+        (tmp_path / f"normal-{policy}" / "results.json").write_text(json.dumps(body))
+    costs = cost_table(tmp_path)
+    assert "| normal | 0.001 | **1.125** (1.100) · 0.900 · 30 | — | — | 40 |" in costs
+    assert "| normal | **TailTargetAcceptance** | 0.910 | 12.0 | +0.20 |" in target_table(tmp_path)

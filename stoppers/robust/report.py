@@ -39,8 +39,9 @@ def _label(family: str) -> str:
     return name + (" *(held out)*" if family in HELD_OUT else "")
 
 
-def _profit_row(results: dict, cost: float) -> dict:
-    return next(r for r in results["profit"] if abs(r["cost"] - cost) < 1e-12)
+def _profit_row(results: dict | None, cost: float) -> dict | None:
+    rows = (results or {}).get("profit", [])
+    return next((r for r in rows if abs(r["cost"] - cost) < 1e-12), None)
 
 
 def cost_table(root: Path) -> str:
@@ -54,11 +55,10 @@ def cost_table(root: Path) -> str:
         for cost in COSTS:
             cells, best_n = [], "—"
             for policy in ("tail-cost", "adaptive", "patience"):
-                results = _load(root, family, policy)
-                if results is None:
+                row = _profit_row(_load(root, family, policy), cost)
+                if row is None:
                     cells.append("—")
                     continue
-                row = _profit_row(results, cost)
                 mine = row["mean_adaptive_profit"]
                 fixed, oracle = row["mean_best_fixed_profit"], row["mean_oracle_profit"]
                 best_n = row["best_fixed_n"]
@@ -137,8 +137,7 @@ def figure(root: Path, out: Path) -> None:
         for k, (policy, colour) in enumerate((("tail-cost", "tab:red"), ("adaptive", "tab:gray"))):
             vs_fixed, vs_oracle = [], []
             for family in FAMILIES:
-                results = _load(root, family, policy)
-                row = _profit_row(results, cost) if results else None
+                row = _profit_row(_load(root, family, policy), cost)
                 mine = row["mean_adaptive_profit"] if row else np.nan
                 vs_fixed.append(mine / row["mean_best_fixed_profit"] if row else np.nan)
                 vs_oracle.append(mine / row["mean_oracle_profit"] if row else np.nan)
