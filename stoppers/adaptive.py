@@ -39,6 +39,7 @@ import math
 
 from stoppers import adaptive_math as am
 from stoppers.base import StoppingPolicy, _check_positive_int
+from stoppers.elementwise import SCALAR
 from stoppers.tail_stats import MedianTailStats
 
 __all__ = [
@@ -154,14 +155,8 @@ class AdaptiveBestOfN(_AdaptiveBase):
         )
         self.cost = float(cost)
         self._threshold_cache: tuple[int, float, float] | None = None
-
-    def _decide(self, reward: float) -> str | None:
-        self._stats.add(reward)
-        if self._stats.n < self.min_samples:
-            return None
-        decision = am.cost_decision(
-            *self._statistics(),
-            self._best,
+        # the shared kernel with these settings bound once (validation, constants, w_n memo)
+        self._kernel = am.cost_kernel(
             cost=self.cost,
             alpha=self.alpha,
             delta=self.delta,
@@ -171,6 +166,15 @@ class AdaptiveBestOfN(_AdaptiveBase):
             empty_tail=self.empty_tail,
             utility=self.utility,
         )
+
+    def _decide(self, reward: float) -> str | None:
+        stats = self._stats
+        stats.add(reward)
+        n = stats.n
+        if n < self.min_samples:
+            return None
+        median, count, total = stats.tail()
+        decision = self._kernel.decide(SCALAR, n, median, count, total, stats.ref, self._best)
         self._acceptance = decision.acceptance
         self._kappa = decision.kappa
         return "threshold" if decision.stop else None
@@ -234,14 +238,7 @@ class TargetAcceptance(_AdaptiveBase):
             empty_tail=empty_tail,
         )
         self.target = float(target)
-
-    def _decide(self, reward: float) -> str | None:
-        self._stats.add(reward)
-        if self._stats.n < self.min_samples:
-            return None
-        decision = am.target_decision(
-            *self._statistics(),
-            self._best,
+        self._kernel = am.target_kernel(
             target=self.target,
             alpha=self.alpha,
             delta=self.delta,
@@ -250,6 +247,15 @@ class TargetAcceptance(_AdaptiveBase):
             delta_schedule=self.delta_schedule,
             empty_tail=self.empty_tail,
         )
+
+    def _decide(self, reward: float) -> str | None:
+        stats = self._stats
+        stats.add(reward)
+        n = stats.n
+        if n < self.min_samples:
+            return None
+        median, count, total = stats.tail()
+        decision = self._kernel.decide(SCALAR, n, median, count, total, stats.ref, self._best)
         self._acceptance = decision.acceptance
         self._kappa = decision.kappa
         return "target" if decision.stop else None

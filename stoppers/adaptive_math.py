@@ -59,6 +59,7 @@ Choices the paper leaves open (each a keyword here, defaults as in the paper/aut
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Literal, NamedTuple
 
@@ -67,19 +68,23 @@ from scipy import optimize
 from scipy.optimize import elementwise as optimize_elementwise
 
 from stoppers import elementwise as ew
-from stoppers.faircap import bt_expected_excess_normalized
+from stoppers.faircap import bt_expected_excess_normalized, excess_in
 
 __all__ = [
+    "CostKernel",
     "Decision",
     "DeltaSchedule",
     "EmptyTail",
     "Percentile",
     "TailFit",
+    "TargetKernel",
     "confidence_width",
     "cost_decision",
+    "cost_kernel",
     "cost_threshold",
     "fit_tail",
     "target_decision",
+    "target_kernel",
     "target_threshold",
     "utility_excess",
 ]
@@ -107,25 +112,78 @@ class Decision(NamedTuple):
     kappa: Any
 
 
-_WIDTH_CACHE: dict[tuple[int, float], float] = {}
-
-
 def confidence_width(n: Any, delta: float, schedule: DeltaSchedule = "fixed") -> Any:
     """w_n with mu_ucb = mu (1 + w_n), mu_lcb = mu (1 - w_n) (Algorithm line 8)."""
-    if type(n) is int and schedule == "fixed":  # per-request fast path: memoised per (n, delta)
-        key = (n, delta)
-        width = _WIDTH_CACHE.get(key)
-        if width is None:
-            width = math.sqrt(math.log(n) * -math.log(delta) / n)
-            if len(_WIDTH_CACHE) < 1_000_000:
-                _WIDTH_CACHE[key] = width
-        return width
-    log_inv_delta = -math.log(delta)
-    if schedule == "anytime":
-        log_inv_delta = log_inv_delta + ew.log(n * (n + 1.0))
-    elif schedule != "fixed":
+    _check_schedule(schedule)
+    return _width(ew.namespace(n), n, -math.log(delta), schedule == "anytime")
+
+
+def _width(xp: Any, n: Any, log_inv_delta: float, anytime: bool) -> Any:
+    if anytime:
+        log_inv_delta = log_inv_delta + xp.log(n * (n + 1.0))
+    return xp.sqrt(xp.log(n * 1.0) * log_inv_delta / n)
+
+
+def _check_schedule(schedule: str) -> None:
+    if schedule not in ("fixed", "anytime"):
         raise ValueError(f"delta_schedule must be 'fixed' or 'anytime', got {schedule!r}")
-    return ew.sqrt(ew.log(n * 1.0) * log_inv_delta / n)
+
+
+class _TailFitter:
+    """Lines 7-11 with the per-policy constants (level, log(1/delta)) computed once."""
+
+    __slots__ = ("_anytime", "_log1p_neg_alpha", "_log_inv_delta", "_use_ucb", "_whole", "_widths")
+
+    def __init__(
+        self,
+        alpha: float,
+        delta: float,
+        percentile: Percentile,
+        delta_schedule: DeltaSchedule,
+        use_ucb: bool,
+    ) -> None:
+        if percentile not in ("shifted_exp", "whole"):
+            raise ValueError(f"percentile must be 'shifted_exp' or 'whole', got {percentile!r}")
+        _check_schedule(delta_schedule)
+        self._whole = percentile == "whole"
+        self._log1p_neg_alpha = math.log1p(-alpha)
+        self._log_inv_delta = -math.log(delta)
+        self._anytime = delta_schedule == "anytime"
+        self._use_ucb = use_ucb
+        self._widths: dict[int, float] = {}  # w_n per integer n: exact memoisation
+
+    def width(self, n: Any) -> Any:
+        """w_n, in the namespace of ``n`` alone (it depends on nothing else)."""
+        if type(n) is int:  # per-request path: one float per n, computed once per kernel
+            width = self._widths.get(n)
+            if width is None:
+                width = _width(ew.SCALAR, n, self._log_inv_delta, self._anytime)
+                if len(self._widths) < _MAX_MEMO:
+                    self._widths[n] = width
+            return width
+        return _width(ew.namespace(n), n, self._log_inv_delta, self._anytime)
+
+    def __call__(
+        self, xp: Any, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any
+    ) -> tuple[Any, Any, Any, Any]:
+        """(b_ucb, K = e^(kappa - median), log K, empty); ``xp`` is the elementwise namespace."""
+        empty = tail_count <= 0
+        k = xp.maximum(tail_count, 1)
+        # log of the tail mean of exp(r) over theta; >= 0 in exact arithmetic.
+        a = xp.log(xp.maximum(tail_sum, 1e-300) / k) + (ref - median)
+        m = xp.where(empty, 0.0, xp.expm1(xp.maximum(a, 0.0)))
+        width = self.width(n)
+        b_ucb = m * (1.0 + width)
+        if self._whole:
+            level = xp.maximum(xp.log(k / n) - self._log1p_neg_alpha, 0.0)
+        else:
+            level = -self._log1p_neg_alpha
+        bound = b_ucb if self._use_ucb else m * xp.maximum(1.0 - width, 0.0)
+        log_k = xp.log1p(bound * level)
+        return b_ucb, xp.exp(log_k), log_k, empty
+
+
+_MAX_MEMO = 1 << 16
 
 
 def fit_tail(
@@ -146,42 +204,137 @@ def fit_tail(
     ``benchmark_bound`` picks which scale bound sets kappa: the LCB in cost mode (line 11), the
     UCB in target mode (the paper's footnote to Section 4.3).
     """
-    with ew.quiet(n, median, tail_count, tail_sum, ref):
-        b_ucb, benchmark, log_k, empty = _fit(
-            n, median, tail_count, tail_sum, ref,
-            alpha, delta, percentile, delta_schedule, benchmark_bound == "ucb",
-        )  # fmt: skip
+    fitter = _fitter(alpha, delta, percentile, delta_schedule, benchmark_bound == "ucb")
+    xp = ew.namespace(n, median, tail_count, tail_sum, ref)
+    with xp.quiet():
+        b_ucb, benchmark, log_k, empty = fitter(xp, n, median, tail_count, tail_sum, ref)
         return TailFit(scale_ucb=b_ucb, benchmark=benchmark, kappa=median + log_k, empty=empty)
 
 
-def _fit(
-    n: Any,
-    median: Any,
-    tail_count: Any,
-    tail_sum: Any,
-    ref: Any,
-    alpha: float,
-    delta: float,
-    percentile: Percentile,
-    delta_schedule: DeltaSchedule,
-    use_ucb: bool,
-) -> tuple[Any, Any, Any, Any]:
-    if percentile == "shifted_exp":
-        level = -math.log1p(-alpha)
-    elif percentile != "whole":
-        raise ValueError(f"percentile must be 'shifted_exp' or 'whole', got {percentile!r}")
-    empty = tail_count <= 0
-    k = ew.maximum(tail_count, 1)
-    # log of the tail mean of exp(r) over theta; >= 0 in exact arithmetic.
-    a = ew.log(ew.maximum(tail_sum, 1e-300) / k) + (ref - median)
-    m = ew.where(empty, 0.0, ew.expm1(ew.maximum(a, 0.0)))
-    width = confidence_width(n, delta, delta_schedule)
-    b_ucb = m * (1.0 + width)
-    if percentile == "whole":
-        level = ew.maximum(ew.log(k / n) - math.log1p(-alpha), 0.0)
-    bound = b_ucb if use_ucb else m * ew.maximum(1.0 - width, 0.0)
-    log_k = ew.log1p(bound * level)
-    return b_ucb, ew.exp(log_k), log_k, empty
+@functools.lru_cache(maxsize=256, typed=True)
+def _fitter(
+    alpha: float, delta: float, percentile: str, delta_schedule: str, use_ucb: bool
+) -> _TailFitter:
+    return _TailFitter(alpha, delta, percentile, delta_schedule, use_ucb)
+
+
+class CostKernel:
+    """:func:`cost_decision` with its keywords bound once: what a policy object holds.
+
+    ``kernel(n, median, tail_count, tail_sum, ref, best)`` runs the same code as
+    :func:`cost_decision` (which builds, caches and calls one of these), on floats or arrays;
+    :meth:`decide` takes the namespace directly when the caller knows its inputs are scalars.
+    Immutable apart from an exact memo of w_n, so copies share it.
+    """
+
+    __slots__ = ("_continue_on_empty", "_fit", "_min_samples", "_use_acceptance", "cost")
+
+    def __init__(
+        self,
+        *,
+        cost: float,
+        alpha: float,
+        delta: float,
+        min_samples: int,
+        percentile: Percentile = "shifted_exp",
+        delta_schedule: DeltaSchedule = "fixed",
+        empty_tail: EmptyTail = "stop",
+        utility: Utility = "acceptance",
+    ) -> None:
+        self._fit = _fitter(alpha, delta, percentile, delta_schedule, False)
+        self.cost = cost
+        self._min_samples = min_samples
+        self._continue_on_empty = empty_tail == "continue"
+        self._use_acceptance = utility == "acceptance"
+
+    def __call__(
+        self, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any, best: Any
+    ) -> Decision:
+        xp = ew.namespace(n, median, tail_count, tail_sum, ref, best)
+        with xp.quiet():
+            return self.decide(xp, n, median, tail_count, tail_sum, ref, best)
+
+    def decide(
+        self, xp: Any, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any, best: Any
+    ) -> Decision:
+        """Cost mode in namespace ``xp`` (:data:`~stoppers.elementwise.SCALAR` for floats; the
+        array namespace needs the caller to silence numpy's floating-point warnings)."""
+        b_ucb, benchmark, log_k, empty = self._fit(xp, n, median, tail_count, tail_sum, ref)
+        # Bradley-Terry P(best beats kappa)
+        preference = 1.0 / (1.0 + xp.exp((median - best) + log_k))
+        acceptance = xp.minimum(2.0 * preference, 1.0)
+        if self._use_acceptance:
+            excess = excess_in(xp, acceptance, b_ucb, benchmark)
+        else:
+            excess = 0.5 * excess_in(xp, 2.0 * preference, b_ucb, benchmark, False)
+        stop = (n >= self._min_samples) & (excess <= self.cost)
+        if self._continue_on_empty:
+            stop = xp.where(empty, False, stop)
+        return Decision(stop, acceptance, median + log_k)
+
+    def __copy__(self) -> CostKernel:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> CostKernel:
+        return self
+
+
+class TargetKernel:
+    """:func:`target_decision` with its keywords bound once (see :class:`CostKernel`)."""
+
+    __slots__ = ("_continue_on_empty", "_fit", "_min_samples", "target")
+
+    def __init__(
+        self,
+        *,
+        target: float,
+        alpha: float,
+        delta: float,
+        min_samples: int,
+        percentile: Percentile = "shifted_exp",
+        delta_schedule: DeltaSchedule = "fixed",
+        empty_tail: EmptyTail = "stop",
+    ) -> None:
+        self._fit = _fitter(alpha, delta, percentile, delta_schedule, True)
+        self.target = target
+        self._min_samples = min_samples
+        self._continue_on_empty = empty_tail == "continue"
+
+    def __call__(
+        self, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any, best: Any
+    ) -> Decision:
+        xp = ew.namespace(n, median, tail_count, tail_sum, ref, best)
+        with xp.quiet():
+            return self.decide(xp, n, median, tail_count, tail_sum, ref, best)
+
+    def decide(
+        self, xp: Any, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any, best: Any
+    ) -> Decision:
+        """Target mode in namespace ``xp`` (see :meth:`CostKernel.decide`)."""
+        _, _, log_k, empty = self._fit(xp, n, median, tail_count, tail_sum, ref)
+        acceptance = xp.minimum(2.0 / (1.0 + xp.exp((median - best) + log_k)), 1.0)
+        stop = (n >= self._min_samples) & (acceptance >= self.target)
+        if self._continue_on_empty:
+            stop = xp.where(empty, False, stop)
+        return Decision(stop, acceptance, median + log_k)
+
+    def __copy__(self) -> TargetKernel:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> TargetKernel:
+        return self
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def cost_kernel(**settings: Any) -> CostKernel:
+    """A shared, cached :class:`CostKernel` for these keyword settings."""
+    return CostKernel(**settings)
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def target_kernel(**settings: Any) -> TargetKernel:
+    """A shared, cached :class:`TargetKernel` for these keyword settings."""
+    return TargetKernel(**settings)
 
 
 def cost_decision(
@@ -203,21 +356,11 @@ def cost_decision(
 ) -> Decision:
     """Cost mode (Algorithm lines 7-16): stop iff n >= min_samples and u_kappa(M) >= tau,
     evaluated as E[(U - u_kappa(M))+] <= cost (no root finding)."""
-    with ew.quiet(n, median, tail_count, tail_sum, ref, best):
-        b_ucb, benchmark, log_k, empty = _fit(
-            n, median, tail_count, tail_sum, ref,
-            alpha, delta, percentile, delta_schedule, False,
-        )  # fmt: skip
-        preference = 1.0 / (
-            1.0 + ew.exp((median - best) + log_k)
-        )  # Bradley-Terry P(best beats kappa)
-        acceptance = ew.minimum(2.0 * preference, 1.0)
-        chosen = acceptance if utility == "acceptance" else preference
-        excess = utility_excess(chosen, b_ucb, benchmark, utility)
-        stop = (n >= min_samples) & (excess <= cost)
-        if empty_tail == "continue":
-            stop = ew.where(empty, False, stop)
-        return Decision(stop=stop, acceptance=acceptance, kappa=median + log_k)
+    kernel = cost_kernel(
+        cost=cost, alpha=alpha, delta=delta, min_samples=min_samples, percentile=percentile,
+        delta_schedule=delta_schedule, empty_tail=empty_tail, utility=utility,
+    )  # fmt: skip
+    return kernel(n, median, tail_count, tail_sum, ref, best)
 
 
 def target_decision(
@@ -238,16 +381,11 @@ def target_decision(
 ) -> Decision:
     """Target mode (Section 4.3): stop iff n >= min_samples and AR_kappa(M) >= target, with
     kappa from the UCB scale (the paper's footnote: the LCB over-states acceptance)."""
-    with ew.quiet(n, median, tail_count, tail_sum, ref, best):
-        _, _, log_k, empty = _fit(
-            n, median, tail_count, tail_sum, ref,
-            alpha, delta, percentile, delta_schedule, True,
-        )  # fmt: skip
-        acceptance = ew.minimum(2.0 / (1.0 + ew.exp((median - best) + log_k)), 1.0)
-        stop = (n >= min_samples) & (acceptance >= target)
-        if empty_tail == "continue":
-            stop = ew.where(empty, False, stop)
-        return Decision(stop=stop, acceptance=acceptance, kappa=median + log_k)
+    kernel = target_kernel(
+        target=target, alpha=alpha, delta=delta, min_samples=min_samples, percentile=percentile,
+        delta_schedule=delta_schedule, empty_tail=empty_tail,
+    )  # fmt: skip
+    return kernel(n, median, tail_count, tail_sum, ref, best)
 
 
 def _reward_for_utility(tau: Any, benchmark: Any, median: Any, utility: Utility) -> Any:

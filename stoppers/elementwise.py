@@ -9,7 +9,13 @@ formulas need is routed here: Python floats go to :mod:`math` (guarded so that o
 an ``ndarray`` goes to numpy. Because the *formulas* are shared, the two drivers cannot drift
 apart; the only possible difference is libm vs numpy's last-ulp rounding of exp/log.
 
-Rules for code using these helpers: no Python ``if`` on values (use :func:`where`, which
+Two ways to use them. Hot formulas pick a namespace ONCE per call, array-API style:
+``xp = namespace(*inputs)`` gives :data:`SCALAR` (the guarded :mod:`math` functions, no type tests)
+or :data:`ARRAY` (numpy's ufuncs), and the formula calls ``xp.exp``, ``xp.log``, ... The
+module-level helpers (:func:`exp`, :func:`log`, ...) dispatch per operation instead; they compute
+exactly what the two namespaces compute and remain for one-off callers.
+
+Rules for code using these helpers: no Python ``if`` on values (use ``where``, which
 evaluates both branches), and no division that can hit zero (floor denominators first).
 """
 
@@ -17,12 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 from scipy import special
 
 __all__ = [
+    "ARRAY",
+    "SCALAR",
     "exp",
     "exp1_scaled",
     "expm1",
@@ -31,6 +40,7 @@ __all__ = [
     "log1p",
     "maximum",
     "minimum",
+    "namespace",
     "quiet",
     "scaled_exp_integrals",
     "sqrt",
@@ -125,13 +135,21 @@ def scaled_exp_integrals(q: Any) -> tuple[Any, Any]:
     below would lose everything. One scipy call serves both values.
     """
     if isinstance(q, np.ndarray):
-        small = np.minimum(q, _SERIES_FROM)
-        g_small = np.exp(small) * special.exp1(small)
-        big = np.maximum(q, _SERIES_FROM)
-        near = q <= _SERIES_FROM
-        g = np.where(near, g_small, _series(big, _COEF_E1))
-        h = np.where(near, 1.0 - small * g_small, _series(big, _COEF_E2))
-        return g, h
+        return _scaled_exp_integrals_array(q)
+    return _scaled_exp_integrals_scalar(q)
+
+
+def _scaled_exp_integrals_array(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    small = np.minimum(q, _SERIES_FROM)
+    g_small = np.exp(small) * special.exp1(small)
+    big = np.maximum(q, _SERIES_FROM)
+    near = q <= _SERIES_FROM
+    g = np.where(near, g_small, _series(big, _COEF_E1))
+    h = np.where(near, 1.0 - small * g_small, _series(big, _COEF_E2))
+    return g, h
+
+
+def _scaled_exp_integrals_scalar(q: float) -> tuple[float, float]:
     if q <= _SERIES_FROM:
         g = math.exp(q) * float(_exp1(q))
         return g, 1.0 - q * g
@@ -161,3 +179,87 @@ def quiet(*values: Any) -> Any:
         if isinstance(x, np.ndarray):
             return np.errstate(all="ignore")
     return _NULL
+
+
+# -- namespaces: dispatch once per formula call -------------------------------------------------
+# The scalar functions are exactly the float branches of the helpers above (overflow -> inf,
+# log(0) -> -inf, log of a negative -> nan, as numpy), so a formula gives bit-identical results
+# whichever way it is dispatched.
+
+
+def _exp_scalar(x: Any) -> Any:
+    return math.exp(x) if x < _EXP_OVERFLOW else math.inf
+
+
+def _expm1_scalar(x: Any) -> Any:
+    return math.expm1(x) if x < _EXP_OVERFLOW else math.inf
+
+
+def _log_scalar(x: Any) -> Any:
+    if x > 0:
+        return math.log(x)
+    return -math.inf if x == 0 else math.nan
+
+
+def _log1p_scalar(x: Any) -> Any:
+    if x > -1:
+        return math.log1p(x)
+    return -math.inf if x == -1 else math.nan
+
+
+def _sqrt_scalar(x: Any) -> Any:
+    return math.sqrt(x) if x >= 0 else math.nan
+
+
+def _minimum_scalar(a: Any, b: Any) -> Any:
+    return a if a < b else b
+
+
+def _maximum_scalar(a: Any, b: Any) -> Any:
+    return a if a > b else b
+
+
+def _where_scalar(cond: Any, a: Any, b: Any) -> Any:
+    return a if cond else b
+
+
+def _quiet_array() -> Any:
+    return np.errstate(all="ignore")
+
+
+#: Python numbers: guarded :mod:`math` (the per-request policies).
+SCALAR = SimpleNamespace(
+    is_array=False,
+    exp=_exp_scalar,
+    expm1=_expm1_scalar,
+    log=_log_scalar,
+    log1p=_log1p_scalar,
+    sqrt=_sqrt_scalar,
+    minimum=_minimum_scalar,
+    maximum=_maximum_scalar,
+    where=_where_scalar,
+    scaled_exp_integrals=_scaled_exp_integrals_scalar,
+    quiet=lambda: _NULL,
+)
+#: numpy arrays (the replay engine): the ufuncs themselves.
+ARRAY = SimpleNamespace(
+    is_array=True,
+    exp=np.exp,
+    expm1=np.expm1,
+    log=np.log,
+    log1p=np.log1p,
+    sqrt=np.sqrt,
+    minimum=np.minimum,
+    maximum=np.maximum,
+    where=np.where,
+    scaled_exp_integrals=_scaled_exp_integrals_array,
+    quiet=_quiet_array,
+)
+
+
+def namespace(*values: Any) -> SimpleNamespace:
+    """:data:`ARRAY` if any value is an ``ndarray``, else :data:`SCALAR`."""
+    for x in values:
+        if isinstance(x, np.ndarray):
+            return ARRAY
+    return SCALAR

@@ -84,6 +84,14 @@ def bt_expected_excess_normalized(t: Any, b: Any, k: Any, capped: bool = True) -
     Floats or broadcastable numpy arrays.
     """
     if isinstance(t, np.ndarray) or isinstance(b, np.ndarray) or isinstance(k, np.ndarray):
+        return excess_in(ew.ARRAY, t, b, k, capped)
+    return excess_in(ew.SCALAR, t, b, k, capped)
+
+
+def excess_in(xp: Any, t: Any, b: Any, k: Any, capped: bool = True) -> Any:
+    """:func:`bt_expected_excess_normalized` in a namespace the caller already picked
+    (:mod:`stoppers.elementwise`), so a kernel that knows its inputs dispatches only once."""
+    if xp.is_array:
         with np.errstate(all="ignore"):
             return _excess_array(
                 np.asarray(t, float), np.asarray(b, float), np.asarray(k, float), capped
@@ -92,57 +100,58 @@ def bt_expected_excess_normalized(t: Any, b: Any, k: Any, capped: bool = True) -
     if t >= top:
         return 0.0
     if b <= 0.0:
-        return _point_mass(t, k, top)
-    p, q, w, scale = _band_geometry(t, b, k, capped)
-    band = _band_short(p, q, w) if _is_short(q, w) else _band_closed(p, q, w)
-    return _combine(t, w, scale, band)
+        return _point_mass(xp, t, k, top)
+    p, q, w, scale = _band_geometry(xp, t, b, k, capped)
+    band = _band_short(xp, p, q, w) if _is_short(q, w) else _band_closed(xp, p, q, w)
+    return _combine(xp, t, w, scale, band)
 
 
 def _excess_array(t: np.ndarray, b: np.ndarray, k: np.ndarray, capped: bool) -> np.ndarray:
+    xp = ew.ARRAY
     top = 1.0 if capped else 2.0
     t_in = np.where(t < top, t, 0.5)  # keeps the discarded branches finite
     bs = np.maximum(b, _TINY)
-    p, q, w, scale = _band_geometry(t_in, bs, k, capped)
-    band = np.where(_is_short(q, w), _band_short(p, q, w), _band_closed(p, q, w))
-    out = np.where(b <= 0.0, _point_mass(t, k, top), _combine(t_in, w, scale, band))
+    p, q, w, scale = _band_geometry(xp, t_in, bs, k, capped)
+    band = np.where(_is_short(q, w), _band_short(xp, p, q, w), _band_closed(xp, p, q, w))
+    out = np.where(b <= 0.0, _point_mass(xp, t, k, top), _combine(xp, t_in, w, scale, band))
     return np.where(t >= top, 0.0, out)
 
 
-def _band_geometry(t: Any, b: Any, k: Any, capped: bool) -> tuple[Any, Any, Any, Any]:
+def _band_geometry(xp: Any, t: Any, b: Any, k: Any, capped: bool) -> tuple[Any, Any, Any, Any]:
     x_t = t * k / (2.0 - t)
-    lo = ew.maximum(x_t, 1.0)
+    lo = xp.maximum(x_t, 1.0)
     if capped:
-        w = (ew.maximum(k, lo) - lo) / b
+        w = (xp.maximum(k, lo) - lo) / b
     else:  # no cap: the band runs to infinity (finite stand-in keeps e^-w (p + w) g at 0)
-        w = _NO_CAP if not isinstance(lo, np.ndarray) else np.full_like(lo, _NO_CAP)
-    return (lo - x_t) / b, (lo + k) / b, w, ew.exp(-(lo - 1.0) / b)
+        w = np.full_like(lo, _NO_CAP) if xp.is_array else _NO_CAP
+    return (lo - x_t) / b, (lo + k) / b, w, xp.exp(-(lo - 1.0) / b)
 
 
 def _is_short(q: Any, w: Any) -> Any:
     return (w < _SHORT_INTERVAL) & (w < _SHORT_INTERVAL * q)
 
 
-def _band_closed(p: Any, q: Any, w: Any) -> Any:
-    g0, h0 = ew.scaled_exp_integrals(q)
-    g1, h1 = ew.scaled_exp_integrals(q + w)
-    return h0 + p * g0 - ew.exp(-w) * (h1 + (p + w) * g1)
+def _band_closed(xp: Any, p: Any, q: Any, w: Any) -> Any:
+    g0, h0 = xp.scaled_exp_integrals(q)
+    g1, h1 = xp.scaled_exp_integrals(q + w)
+    return h0 + p * g0 - xp.exp(-w) * (h1 + (p + w) * g1)
 
 
-def _band_short(p: Any, q: Any, w: Any) -> Any:
+def _band_short(xp: Any, p: Any, q: Any, w: Any) -> Any:
     half = 0.5 * w
     total = 0.0
     for node, weight in zip(_GL_X, _GL_W, strict=True):
         s = half * (node + 1.0)
-        total = total + weight * (p + s) / (q + s) * ew.exp(-s)
+        total = total + weight * (p + s) / (q + s) * xp.exp(-s)
     return total * half
 
 
-def _combine(t: Any, w: Any, scale: Any, band: Any) -> Any:
-    return scale * ((2.0 - t) * band + (1.0 - t) * ew.exp(-w))
+def _combine(xp: Any, t: Any, w: Any, scale: Any, band: Any) -> Any:
+    return scale * ((2.0 - t) * band + (1.0 - t) * xp.exp(-w))
 
 
-def _point_mass(t: Any, k: Any, top: float) -> Any:
-    return ew.maximum(ew.minimum(2.0 / (1.0 + k), top) - t, 0.0)
+def _point_mass(xp: Any, t: Any, k: Any, top: float) -> Any:
+    return xp.maximum(xp.minimum(2.0 / (1.0 + k), top) - t, 0.0)
 
 
 def bt_expected_excess(t: Any, *, shift: Any, scale: Any, benchmark: Any) -> Any:
