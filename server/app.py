@@ -98,12 +98,13 @@ def create_app(
             if not clients:
                 for client in upstream_http_clients(settings):
                     clients.append(await stack.enter_async_context(client))
-                lean = LeanPool(
-                    settings.upstream_url or "",
-                    timeout=settings.request_timeout,
-                    headers=_auth_headers(settings),
-                )
-                stack.push_async_callback(lean.aclose)
+                if settings.use_lean_transport:
+                    lean = LeanPool(
+                        settings.upstream_url or "",
+                        timeout=settings.request_timeout,
+                        headers=_auth_headers(settings),
+                    )
+                    stack.push_async_callback(lean.aclose)
             backend = reward
             if backend is None:
                 backend = _default_reward(settings)

@@ -7,6 +7,7 @@ the gateway the same way. Validators refuse to start on configuration that canno
 
 from __future__ import annotations
 
+import urllib.request
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -40,6 +41,11 @@ class Settings(BaseSettings):
         "unset = generate in-process with --generator-model",
     )
     upstream_api_key: SecretStr | None = Field(None, description="Bearer key sent upstream")
+    upstream_transport: Literal["auto", "lean", "httpx"] = Field(
+        "auto",
+        description="client for --upstream-url: lean (pooled HTTP/1.1, ~3x less CPU), httpx "
+        "(proxies, HTTPS), or auto (lean for plain http:// with no proxy set, else httpx)",
+    )
     reward_backend: Literal["worker", "vllm", "local"] | None = Field(
         None, description="worker|vllm|local (default: worker if --reward-url else local)"
     )
@@ -115,6 +121,22 @@ class Settings(BaseSettings):
     @property
     def effective_baseline_n(self) -> int:
         return self.baseline_n or self.max_samples
+
+    @property
+    def use_lean_transport(self) -> bool:
+        """The lean client speaks plain HTTP/1.1 only and reads no proxy settings, so ``auto``
+        keeps httpx for HTTPS upstreams and wherever a proxy applies."""
+        if self.upstream_url is None or self.upstream_transport == "httpx":
+            return False
+        if self.upstream_transport == "lean":
+            return True
+        parts = urlsplit(self.upstream_url)
+        if parts.scheme != "http":
+            return False
+        proxies = urllib.request.getproxies()
+        if not (proxies.get("http") or proxies.get("all")):
+            return True
+        return bool(urllib.request.proxy_bypass(parts.hostname or ""))
 
     @property
     def embedded(self) -> bool:

@@ -38,6 +38,7 @@ STOP_REASONS = (
     "reward_unavailable",  # reward backend down; first candidate returned (fallback)
     "exhausted",  # candidates failed so the budget ran out before the policy stopped
     "patience",  # stoppers.Patience
+    "tied",  # stoppers.robust: the best is tied at a ceiling (e.g. an upper clip)
     "other",
 )
 UPSTREAM_ERROR_KINDS = (

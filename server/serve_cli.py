@@ -23,6 +23,11 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
     ),
     ("upstream_api_key", "value", "API key sent to the upstream"),
     (
+        "upstream_transport",
+        "value",
+        "auto|lean|httpx: upstream HTTP client (auto: lean for plain http:// without a proxy)",
+    ),
+    (
         "reward_backend",
         "value",
         "worker|vllm|local (default: worker with --reward-url, else local)",

@@ -26,10 +26,11 @@ def never_stop(plan):
     return StopAbove(99.0, max_samples=plan.max_samples)
 
 
-@pytest.fixture
-def harness(gateway_factory, fake_upstream):
+@pytest.fixture(params=["lean", "httpx"])
+def harness(request, gateway_factory, fake_upstream):
     """``start(**settings)`` -> a gateway with log capture attached; teardown checks that the
-    fake upstream's connections all close once the gateway is gone."""
+    fake upstream's connections all close once the gateway is gone. Every fault runs on both
+    upstream clients (the lean HTTP/1.1 pool and httpx, used for HTTPS and proxied upstreams)."""
     captures: list[LogCapture] = []
     servers = []
 
@@ -39,6 +40,7 @@ def harness(gateway_factory, fake_upstream):
             "max_samples": 4,
             "parallelism": 2,
             "upstream_retries": 1,
+            "upstream_transport": request.param,
             **settings,
         }
         server = gateway_factory(**values)

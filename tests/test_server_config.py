@@ -129,3 +129,23 @@ def test_cli_module_imports_nothing_heavy():
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize(
+    ("url", "transport", "proxy", "lean"),
+    [
+        ("http://vllm:8000/v1", "auto", None, True),
+        ("https://api.example.com/v1", "auto", None, False),  # TLS: httpx
+        ("http://vllm:8000/v1", "auto", "http://proxy:3128", False),  # proxied: httpx
+        ("http://vllm:8000/v1", "httpx", None, False),
+        ("http://vllm:8000/v1", "lean", "http://proxy:3128", True),  # explicit choice wins
+        (None, "auto", None, False),  # embedded: no remote upstream
+    ],
+)
+def test_lean_upstream_client_only_where_it_is_safe(monkeypatch, url, transport, proxy, lean):
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    if proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+    settings = Settings(upstream_url=url, upstream_transport=transport)
+    assert settings.use_lean_transport is lean
