@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 from scipy import special
+from scipy.special import cython_special
 
 __all__ = [
     "ARRAY",
@@ -114,7 +115,10 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     return a if cond else b
 
 
-_exp1 = special.exp1
+# The ufunc's own kernel (xsf exp1) as a plain Python-float function: the ``double``
+# specialisation of cython_special's fused exp1 skips ufunc dispatch and 0-d array round trips
+# (~0.1-0.2 µs a call; identical values to special.exp1, checked on 4e5 points in [1e-12, 64]).
+_exp1_float = cython_special.exp1["double"]
 _COEF_E1 = [math.factorial(k) for k in range(_SERIES_TERMS)]  # (1)_k = k!
 _COEF_E2 = [math.factorial(k + 1) for k in range(_SERIES_TERMS)]  # (2)_k = (k + 1)!
 
@@ -151,7 +155,7 @@ def _scaled_exp_integrals_array(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _scaled_exp_integrals_scalar(q: float) -> tuple[float, float]:
     if q <= _SERIES_FROM:
-        g = math.exp(q) * float(_exp1(q))
+        g = math.exp(q) * _exp1_float(q)
         return g, 1.0 - q * g
     return _series(q, _COEF_E1), _series(q, _COEF_E2)
 

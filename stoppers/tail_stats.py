@@ -13,8 +13,8 @@ the median, with ``ref`` = the running maximum (so every exp term is <= 1).
 
 from __future__ import annotations
 
-import heapq
 import math
+from heapq import heappop, heappush
 
 __all__ = ["MedianTailStats"]
 
@@ -33,37 +33,38 @@ class MedianTailStats:
         self.ref = -math.inf  # running maximum, the reference point of the exp sums
 
     def add(self, reward: float) -> None:
-        if reward > self.ref:
+        # The per-observation hot path, flat: a push to one side, then only the rebalancing
+        # that side can need (before the push len(low) - len(high) is 0 or 1). ``high`` is
+        # updated with its multiplicities and its running sum (+ exp(v - ref) in, - out).
+        ref = self.ref
+        if reward > ref:
             if self.n:
-                self._high_sum *= math.exp(self.ref - reward)
-            self.ref = reward
-        self.n += 1
-        low, high = self._low, self._high
+                self._high_sum *= math.exp(ref - reward)
+            self.ref = ref = reward
+        n = self.n = self.n + 1
+        low, high, counts = self._low, self._high, self._high_counts
         if low and reward > -low[0]:
-            self._push_high(reward)
+            heappush(high, reward)
+            counts[reward] = counts.get(reward, 0) + 1
+            self._high_sum += math.exp(reward - ref)
+            if len(high) > len(low):
+                value = heappop(high)
+                left = counts[value] - 1
+                if left:
+                    counts[value] = left
+                else:
+                    del counts[value]
+                self._high_sum -= math.exp(value - ref)
+                heappush(low, -value)
         else:
-            heapq.heappush(low, -reward)
-        if len(low) > len(high) + 1:
-            self._push_high(-heapq.heappop(low))
-        elif len(high) > len(low):
-            heapq.heappush(low, -self._pop_high())
-        if self.n & (self.n - 1) == 0:  # power of two: re-sum exactly, O(1) amortised
-            self._high_sum = math.fsum(math.exp(v - self.ref) for v in high)
-
-    def _push_high(self, value: float) -> None:
-        heapq.heappush(self._high, value)
-        self._high_counts[value] = self._high_counts.get(value, 0) + 1
-        self._high_sum += math.exp(value - self.ref)
-
-    def _pop_high(self) -> float:
-        value = heapq.heappop(self._high)
-        left = self._high_counts[value] - 1
-        if left:
-            self._high_counts[value] = left
-        else:
-            del self._high_counts[value]
-        self._high_sum -= math.exp(value - self.ref)
-        return value
+            heappush(low, -reward)
+            if len(low) > len(high) + 1:
+                value = -heappop(low)
+                heappush(high, value)
+                counts[value] = counts.get(value, 0) + 1
+                self._high_sum += math.exp(value - ref)
+        if n & (n - 1) == 0:  # power of two: re-sum exactly, O(1) amortised
+            self._high_sum = math.fsum(math.exp(v - ref) for v in high)
 
     @property
     def median(self) -> float:
