@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import threading
@@ -27,7 +28,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from server.config import Settings
+from server.config import DEFAULT_GENERATOR_MODEL, DEFAULT_REWARD_MODEL, Settings
 
 __all__ = [
     "EmbeddedLoadError",
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_TOKENS = 256
+log = logging.getLogger(__name__)
 OFFLINE_HINT = (
     "without Hugging Face hub access pass local model directories "
     "(--generator-model /path/to/chat-model --reward-model /path/to/reward-model), "
@@ -318,7 +320,10 @@ def ensure_loadable(what: str, name: str) -> None:
     except Exception:  # an invalid repo id: let from_pretrained explain
         return
     host = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or ""
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     try:
+        if offline:  # Hugging Face's own switch: no network at all
+            raise OSError("HF_HUB_OFFLINE is set")
         socket.create_connection((host, 443), timeout=3).close()
     except OSError:
         raise EmbeddedLoadError(
@@ -340,10 +345,33 @@ def build_local_reward(settings: Settings, model: str):
     return LocalRewardBackend(model, device=settings.device, load_scorer=lambda: scorer)
 
 
+def _default_models_unreachable(generator_model: str, reward_model: str) -> bool:
+    """True when the built-in default models are asked for but cannot be had (no hub, no cache).
+
+    The quickstart's ``pandora serve`` must come up on any fresh machine, so it falls back to the
+    offline demo with a loud warning. Models the user named are never replaced: a wrong path or
+    an unreachable hub model stops start-up with one clear line instead.
+    """
+    if (generator_model, reward_model) != (DEFAULT_GENERATOR_MODEL, DEFAULT_REWARD_MODEL):
+        return False
+    try:
+        ensure_loadable("generator model", generator_model)
+        ensure_loadable("reward model", reward_model)
+    except EmbeddedLoadError as exc:
+        log.warning(
+            "%s. FALLING BACK to the offline demo: tiny RANDOM-weight models that produce random "
+            "text (the gateway, stopping and metrics still run end to end). Pass "
+            "--generator-model/--reward-model or --upstream-url for real answers.",
+            str(exc).split(";")[0],
+        )
+        return True
+    return False
+
+
 def build_embedded(settings: Settings):
     """(upstream client, reward backend) for the embedded default, models loaded eagerly."""
     generator_model, reward_model = settings.generator_model, settings.reward_model
-    if settings.demo_tiny_models:
+    if settings.demo_tiny_models or _default_models_unreachable(generator_model, reward_model):
         from server.demo_models import demo_model_paths
 
         generator_model, reward_model = (str(p) for p in demo_model_paths())

@@ -124,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
+    if settings.log_level != "debug":  # httpx logs every candidate request at INFO
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     upstream = reward = None
     if settings.embedded:
         from server.embedded import EmbeddedLoadError, build_embedded
