@@ -6,6 +6,13 @@ Every function here is elementwise: it takes Python floats (the per-request poli
 engine, one call per step across all orderings) and returns the same kind. The two drivers
 share these formulas, so they can only differ by the rounding of their streaming sums.
 
+Each call picks its elementwise namespace once (``xp``: guarded :mod:`math` for Python numbers,
+numpy for arrays; :mod:`stoppers.elementwise`) and runs the one formula in it. A policy binds its
+settings once in a :class:`CostKernel` / :class:`TargetKernel` (constants such as log(1/delta)
+and the percentile level precomputed, w_n memoised per n) and calls
+``kernel.decide(SCALAR, ...)`` per observation; :func:`cost_decision` / :func:`target_decision`
+build (and cache) the same kernels for the replay engine's array calls.
+
 Streaming statistics (all over the n rewards r_1..r_n observed so far)
 --------------------------------------------------------------------
 ``n``
