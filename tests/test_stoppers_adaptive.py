@@ -171,10 +171,16 @@ def test_lower_cost_means_more_samples_and_defaults_are_used() -> None:
     assert mean_n[0] < mean_n[1] < mean_n[2]
     # the gateway's factories (the classes behind them may be swapped for better policies):
     # min_samples defaults to DEFAULT_MIN_SAMPLES capped at max_samples, budget is enforced
-    for factory, arg in ((default_cost_policy, 1e-3), (default_target_policy, 0.9)):
+    from stoppers.robust.target import DEFAULT_MIN_SAMPLES as TAIL_MIN_SAMPLES
+
+    factories = (
+        (default_cost_policy, 1e-3, TAIL_MIN_SAMPLES),  # TailPandora since the robust replay
+        (default_target_policy, 0.9, DEFAULT_MIN_SAMPLES),  # the paper's TargetAcceptance
+    )
+    for factory, arg, default_min in factories:
         small = factory(arg, max_samples=8)
         assert small.min_samples == 8 and small.max_samples == 8
-        assert factory(arg, max_samples=64).min_samples == DEFAULT_MIN_SAMPLES
+        assert factory(arg, max_samples=64).min_samples == default_min
         assert factory(arg, max_samples=64, min_samples=3).min_samples == 3
         assert [small.observe(1.0) for _ in range(8)] == [False] * 7 + [True]
         assert small.stop_reason == "budget"
