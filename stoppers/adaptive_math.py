@@ -225,16 +225,61 @@ def _fitter(
     return _TailFitter(alpha, delta, percentile, delta_schedule, use_ucb)
 
 
-class CostKernel:
+class _Kernel:
+    """What the two modes share: the bound tail fitter, min_samples, the empty-tail rule, the
+    float/array dispatch and identity copies (immutable apart from an exact memo of w_n)."""
+
+    __slots__ = ("_continue_on_empty", "_fit", "_min_samples")
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        delta: float,
+        min_samples: int,
+        percentile: Percentile,
+        delta_schedule: DeltaSchedule,
+        empty_tail: EmptyTail,
+        use_ucb: bool,
+    ) -> None:
+        self._fit = _fitter(alpha, delta, percentile, delta_schedule, use_ucb)
+        self._min_samples = min_samples
+        self._continue_on_empty = empty_tail == "continue"
+
+    def __call__(
+        self, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any, best: Any
+    ) -> Decision:
+        xp = ew.namespace(n, median, tail_count, tail_sum, ref, best)
+        with xp.quiet():
+            return self.decide(xp, n, median, tail_count, tail_sum, ref, best)
+
+    def decide(
+        self, xp: Any, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any, best: Any
+    ) -> Decision:
+        raise NotImplementedError
+
+    def _stop(self, xp: Any, n: Any, passed: Any, empty: Any) -> Any:
+        """Nothing stops before min_samples (the Algorithm's t), nor on an empty tail when
+        ``empty_tail="continue"``."""
+        stop = (n >= self._min_samples) & passed
+        return xp.where(empty, False, stop) if self._continue_on_empty else stop
+
+    def __copy__(self) -> _Kernel:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> _Kernel:
+        return self
+
+
+class CostKernel(_Kernel):
     """:func:`cost_decision` with its keywords bound once: what a policy object holds.
 
     ``kernel(n, median, tail_count, tail_sum, ref, best)`` runs the same code as
     :func:`cost_decision` (which builds, caches and calls one of these), on floats or arrays;
     :meth:`decide` takes the namespace directly when the caller knows its inputs are scalars.
-    Immutable apart from an exact memo of w_n, so copies share it.
     """
 
-    __slots__ = ("_continue_on_empty", "_fit", "_min_samples", "_use_acceptance", "cost")
+    __slots__ = ("_use_acceptance", "cost")
 
     def __init__(
         self,
@@ -248,18 +293,17 @@ class CostKernel:
         empty_tail: EmptyTail = "stop",
         utility: Utility = "acceptance",
     ) -> None:
-        self._fit = _fitter(alpha, delta, percentile, delta_schedule, False)
+        super().__init__(
+            alpha=alpha,
+            delta=delta,
+            min_samples=min_samples,
+            percentile=percentile,
+            delta_schedule=delta_schedule,
+            empty_tail=empty_tail,
+            use_ucb=False,
+        )
         self.cost = cost
-        self._min_samples = min_samples
-        self._continue_on_empty = empty_tail == "continue"
         self._use_acceptance = utility == "acceptance"
-
-    def __call__(
-        self, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any, best: Any
-    ) -> Decision:
-        xp = ew.namespace(n, median, tail_count, tail_sum, ref, best)
-        with xp.quiet():
-            return self.decide(xp, n, median, tail_count, tail_sum, ref, best)
 
     def decide(
         self, xp: Any, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any, best: Any
@@ -274,22 +318,13 @@ class CostKernel:
             excess = excess_in(xp, acceptance, b_ucb, benchmark)
         else:
             excess = 0.5 * excess_in(xp, 2.0 * preference, b_ucb, benchmark, False)
-        stop = (n >= self._min_samples) & (excess <= self.cost)
-        if self._continue_on_empty:
-            stop = xp.where(empty, False, stop)
-        return Decision(stop, acceptance, median + log_k)
-
-    def __copy__(self) -> CostKernel:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> CostKernel:
-        return self
+        return Decision(self._stop(xp, n, excess <= self.cost, empty), acceptance, median + log_k)
 
 
-class TargetKernel:
+class TargetKernel(_Kernel):
     """:func:`target_decision` with its keywords bound once (see :class:`CostKernel`)."""
 
-    __slots__ = ("_continue_on_empty", "_fit", "_min_samples", "target")
+    __slots__ = ("target",)
 
     def __init__(
         self,
@@ -302,17 +337,16 @@ class TargetKernel:
         delta_schedule: DeltaSchedule = "fixed",
         empty_tail: EmptyTail = "stop",
     ) -> None:
-        self._fit = _fitter(alpha, delta, percentile, delta_schedule, True)
+        super().__init__(
+            alpha=alpha,
+            delta=delta,
+            min_samples=min_samples,
+            percentile=percentile,
+            delta_schedule=delta_schedule,
+            empty_tail=empty_tail,
+            use_ucb=True,
+        )
         self.target = target
-        self._min_samples = min_samples
-        self._continue_on_empty = empty_tail == "continue"
-
-    def __call__(
-        self, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any, best: Any
-    ) -> Decision:
-        xp = ew.namespace(n, median, tail_count, tail_sum, ref, best)
-        with xp.quiet():
-            return self.decide(xp, n, median, tail_count, tail_sum, ref, best)
 
     def decide(
         self, xp: Any, n: Any, median: Any, tail_count: Any, tail_sum: Any, ref: Any, best: Any
@@ -320,16 +354,8 @@ class TargetKernel:
         """Target mode in namespace ``xp`` (see :meth:`CostKernel.decide`)."""
         _, _, log_k, empty = self._fit(xp, n, median, tail_count, tail_sum, ref)
         acceptance = xp.minimum(2.0 / (1.0 + xp.exp((median - best) + log_k)), 1.0)
-        stop = (n >= self._min_samples) & (acceptance >= self.target)
-        if self._continue_on_empty:
-            stop = xp.where(empty, False, stop)
+        stop = self._stop(xp, n, acceptance >= self.target, empty)
         return Decision(stop, acceptance, median + log_k)
-
-    def __copy__(self) -> TargetKernel:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> TargetKernel:
-        return self
 
 
 @functools.lru_cache(maxsize=256, typed=True)
