@@ -104,8 +104,11 @@ def locked():
 def test_missing_or_wrong_key_is_401_everywhere(locked, authorization):
     server, upstream = locked
     before = upstream.request_count
+    rejected = server.metric("pandora_requests_total", mode="unknown", status="401")
     headers = {} if authorization is None else {"Authorization": authorization.encode("latin-1")}
     assert_401(post(server, headers=headers))
+    # counted (label values from the fixed sets), so a flood of bad keys shows on the dashboard
+    assert server.metric("pandora_requests_total", mode="unknown", status="401") == rejected + 1
     for path in ("/v1/models", "/metrics", "/ready"):
         assert_401(HTTP.get(server.url + path, headers=headers))
     assert upstream.request_count == before, "an unauthenticated request reached the upstream"

@@ -13,7 +13,6 @@ from fastapi.responses import JSONResponse
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.auth import check_api_key
 from server.chat.serving import create_chat_completion
 from server.errors import GatewayError
 
@@ -32,7 +31,6 @@ class ChatFastPath:
             return
         request = Request(scope, receive, send)
         try:
-            check_api_key(request)
             response = await create_chat_completion(request, request.app.state.gateway)
         except GatewayError as error:
             response = JSONResponse(error.to_dict(), status_code=error.status_code)

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
+from server.auth import check_api_key
 from server.chat.protocol import (
     ChatCompletionRequest,
     candidate_body,
@@ -78,6 +79,7 @@ async def create_chat_completion(request: Request, state: GatewayState) -> Respo
     request_id = request_id_for(request)
     headers = {"X-Request-Id": request_id}
     try:
+        check_api_key(request)  # inside the record, so rejected keys count as status 401
         raw_bytes = await request.body()
         data = _parse_json(raw_bytes)
         chat = _validate(data)
