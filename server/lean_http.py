@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
@@ -24,6 +25,9 @@ import httpx
 __all__ = ["LeanPool", "LeanResponse", "LeanTransportError"]
 
 MAX_IDLE = 256
+# Close connections idle longer than this: servers drop them anyway (uvicorn, vLLM's server,
+# after 5 s by default) and each one holds a file descriptor until we close our side.
+IDLE_SECONDS = 4.0
 READ_SIZE = 65536
 
 
@@ -41,7 +45,7 @@ class _StaleConnection(Exception):
 
 
 class _Connection:
-    __slots__ = ("idle", "live", "reader", "writer")
+    __slots__ = ("idle", "idle_since", "live", "reader", "writer")
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, live: set[_Connection]
@@ -49,6 +53,7 @@ class _Connection:
         self.reader = reader
         self.writer = writer
         self.idle = False
+        self.idle_since = 0.0
         self.live = live
         live.add(self)
 
@@ -159,6 +164,7 @@ class LeanPool:
             f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._static_headers}"
             f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
         ).encode() + body
+        self._prune(time.monotonic())
         while self._idle:
             conn = self._idle.pop()
             conn.idle = False
@@ -176,9 +182,19 @@ class LeanPool:
             conn.close()
             raise LeanTransportError("connection", "upstream closed the connection") from None
 
+    def _prune(self, now: float) -> None:
+        """Close connections idle past IDLE_SECONDS (the oldest sit on the left: reuse is LIFO)."""
+        while self._idle and now - self._idle[0].idle_since > IDLE_SECONDS:
+            conn = self._idle.popleft()
+            conn.idle = False
+            conn.close()
+
     def release(self, conn: _Connection) -> None:
+        now = time.monotonic()
+        self._prune(now)
         if conn.usable() and len(self._idle) < MAX_IDLE:
             conn.idle = True
+            conn.idle_since = now
             self._idle.append(conn)
         else:
             conn.close()
