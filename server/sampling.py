@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +32,10 @@ from server.policies import PolicyFactory
 from server.upstream import UpstreamClient, UpstreamFailure
 
 __all__ = ["Sampler", "SamplingOutcome"]
+
+log = logging.getLogger(__name__)
+# Clients learn that scoring failed and why, never where the reward backend lives.
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
 
 @dataclass
@@ -102,7 +108,9 @@ class Sampler:
             async with asyncio.timeout(self.reward_timeout):
                 rewards = await self.reward.score(messages, [c.scoring_text() for c in candidates])
         except RewardError as exc:
-            raise RewardUnavailableError(f"reward backend failed: {exc}") from None
+            log.warning("reward backend failed: %s", exc)  # the full detail, for operators
+            message = _URL.sub("<reward backend>", str(exc))
+            raise RewardUnavailableError(f"reward backend failed: {message}") from None
         except TimeoutError:
             raise RewardUnavailableError(
                 f"reward backend did not answer within {self.reward_timeout:g} s"

@@ -247,10 +247,13 @@ def test_unreachable_reward_worker_is_503(harness, fake_upstream):
     """The real HTTP reward client against a port nobody listens on."""
     import reward
 
-    backend = reward.create_backend("worker", url=f"http://127.0.0.1:{free_port()}", timeout=2)
+    url = f"http://127.0.0.1:{free_port()}"
+    backend = reward.create_backend("worker", url=url, timeout=2)
     server = harness(reward=backend)
     error = openai_error(post(server), 503, "reward_unavailable")
     assert "unreachable" in error["message"]
+    assert url not in error["message"] and "127.0.0.1" not in error["message"]  # internal address
+    assert url in server.logs.text()  # operators still see where
     assert_no_leaks(server, fake_upstream, server.logs)
 
 
