@@ -76,8 +76,11 @@ class LocalRewardBackend:
         self._loading: asyncio.Task[None] | None = None
         self._closed = False
         # Tokenizers are not safe to share across threads; one thread encodes, in parallel with
-        # the batcher's forward thread.
+        # the batcher's forward thread. Requests arriving while it works wait in ``_pending`` and
+        # are encoded together by its next job: one thread hop and one tokenizer call for all.
         self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward-encode")
+        self._pending: list[_EncodeJob] = []
+        self._encoding = False
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -130,6 +133,10 @@ class LocalRewardBackend:
             await asyncio.gather(self._loading, return_exceptions=True)
         if self._batcher is not None:
             await self._batcher.aclose()
+        pending, self._pending = self._pending, []
+        for job in pending:
+            if not job.future.done():
+                job.future.set_exception(RewardError("the in-process reward backend was closed"))
         self._encoder.shutdown(wait=False, cancel_futures=True)
 
     # -- scoring --------------------------------------------------------------------------------
@@ -149,12 +156,9 @@ class LocalRewardBackend:
         assert self.scorer is not None and self._batcher is not None
         if not responses:
             return ScoreResult([], [], 0)
-        loop = asyncio.get_running_loop()
         self._batcher.announce()  # a batch forming meanwhile may wait for this request
         try:
-            encoded = await loop.run_in_executor(
-                self._encoder, _encode_all, self.scorer, messages, responses
-            )
+            encoded = await self._encode(messages, responses)
         except BaseException as exc:
             self._batcher.withdraw()
             if isinstance(exc, Exception) and not isinstance(exc, RewardError):
@@ -170,11 +174,77 @@ class LocalRewardBackend:
             prompt_tokens=sum(len(pair.ids) for pair in encoded),
         )
 
+    # -- encoding: concurrent requests share one job on the encoder thread ----------------------
 
-def _encode_all(
-    scorer: RewardScorer, messages: Sequence[Mapping[str, Any]], responses: Sequence[str]
-) -> list[EncodedPair]:
-    return [scorer.encode(messages, response) for response in responses]
+    def _encode(
+        self, messages: Sequence[Mapping[str, Any]], responses: Sequence[str]
+    ) -> asyncio.Future[list[EncodedPair]]:
+        future: asyncio.Future[list[EncodedPair]] = asyncio.get_running_loop().create_future()
+        self._pending.append(_EncodeJob(messages, responses, future))
+        self._start_encoding()
+        return future
+
+    def _start_encoding(self) -> None:
+        """Hand everything pending to the encoder thread, unless a job is already running (its
+        completion starts the next one): a lone request is encoded at once, and requests that
+        arrive meanwhile are encoded together."""
+        if self._encoding or not self._pending or self._closed:
+            return
+        jobs, self._pending = self._pending, []
+        assert self.scorer is not None
+        self._encoding = True
+        work = asyncio.get_running_loop().run_in_executor(
+            self._encoder, _encode_jobs, self.scorer, jobs
+        )
+        work.add_done_callback(lambda done: self._encoded(jobs, done))
+
+    def _encoded(self, jobs: list[_EncodeJob], done: asyncio.Future[list[Any]]) -> None:
+        self._encoding = False
+        if done.cancelled():
+            outcomes: list[Any] = [RewardError("encoding was cancelled")] * len(jobs)
+        elif done.exception() is not None:
+            outcomes = [done.exception()] * len(jobs)
+        else:
+            outcomes = done.result()
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            if job.future.done():  # the request was cancelled meanwhile
+                continue
+            if isinstance(outcome, BaseException):
+                job.future.set_exception(outcome)
+            else:
+                job.future.set_result(outcome)
+        self._start_encoding()
+
+
+@dataclass(frozen=True, slots=True)
+class _EncodeJob:
+    messages: Sequence[Mapping[str, Any]]
+    responses: Sequence[str]
+    future: asyncio.Future[list[EncodedPair]]
+
+
+def _encode_jobs(scorer: RewardScorer, jobs: list[_EncodeJob]) -> list[Any]:
+    """Encoded pairs per job, in one ``encode_many`` call; if that fails, job by job, so a
+    dialogue the template refuses fails only its own request (its outcome is the exception)."""
+    pairs = [(job.messages, response) for job in jobs for response in job.responses]
+    try:
+        encoded = scorer.encode_many(pairs)
+    except Exception:
+        if len(jobs) == 1:
+            raise
+        outcomes: list[Any] = []
+        for job in jobs:
+            try:
+                outcomes.append(scorer.encode_many([(job.messages, r) for r in job.responses]))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+    outcomes = []
+    start = 0
+    for job in jobs:
+        outcomes.append(encoded[start : start + len(job.responses)])
+        start += len(job.responses)
+    return outcomes
 
 
 def _consume_exception(task: asyncio.Task[None]) -> None:

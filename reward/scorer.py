@@ -179,16 +179,41 @@ class RewardScorer:
         Over-long pairs keep their end (the response and the closing token are what is scored) and
         the leading BOS token, dropping the oldest prompt tokens; ``truncated`` records it.
         """
+        return self.encode_many([(messages, response)])[0]
+
+    def encode_many(
+        self, pairs: Sequence[tuple[Sequence[Mapping[str, Any]], str]]
+    ) -> list[EncodedPair]:
+        """:meth:`encode` for many (messages, response) pairs, with one tokenizer call per batch.
+
+        The fast tokenizer encodes a list of texts in one call (in Rust, without a Python round
+        trip per text), which is where batching the encoding saves time; each text is templated
+        and truncated exactly as :meth:`encode` does alone, so the ids are the same.
+        """
+        texts = [self._template(messages, response) for messages, response in pairs]
+        bos = self.tokenizer.bos_token
+        # templates usually write BOS themselves; add special tokens only where they do not
+        add_special = [not (bos and text.startswith(bos)) for text in texts]
+        ids: list[list[int]] = [[] for _ in texts]
+        for flag in (True, False):
+            rows = [row for row, wanted in enumerate(add_special) if wanted is flag]
+            if not rows:
+                continue
+            encoded = self.tokenizer([texts[row] for row in rows], add_special_tokens=flag)
+            for row, row_ids in zip(rows, encoded["input_ids"], strict=True):
+                ids[row] = list(row_ids)
+        return [self._truncate(row_ids) for row_ids in ids]
+
+    def _template(self, messages: Sequence[Mapping[str, Any]], response: str) -> str:
         dialogue = [
             {**message, "content": flatten_content(message.get("content"))} for message in messages
         ]
         dialogue.append({"role": "assistant", "content": response})
-        text = self.tokenizer.apply_chat_template(
+        return self.tokenizer.apply_chat_template(
             dialogue, tokenize=False, add_generation_prompt=False
         )
-        bos = self.tokenizer.bos_token
-        add_special = not (bos and text.startswith(bos))  # templates usually write BOS themselves
-        ids = list(self.tokenizer(text, add_special_tokens=add_special)["input_ids"])
+
+    def _truncate(self, ids: list[int]) -> EncodedPair:
         if len(ids) <= self.max_length:
             return EncodedPair(ids, truncated=False)
         head = ids[:1] if ids[0] == self.tokenizer.bos_token_id else []
