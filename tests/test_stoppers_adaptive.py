@@ -171,7 +171,7 @@ def test_lower_cost_means_more_samples_and_defaults_are_used() -> None:
     assert mean_n[0] < mean_n[1] < mean_n[2]
     # the gateway's factories (the classes behind them may be swapped for better policies):
     # min_samples defaults to DEFAULT_MIN_SAMPLES capped at max_samples, budget is enforced
-    from stoppers.robust.target import DEFAULT_MIN_SAMPLES as TAIL_MIN_SAMPLES
+    from stoppers.robust.policy import DEFAULT_MIN_SAMPLES as TAIL_MIN_SAMPLES
 
     factories = (
         (default_cost_policy, 1e-3, TAIL_MIN_SAMPLES),  # TailPandora since the robust replay

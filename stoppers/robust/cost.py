@@ -24,16 +24,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from stoppers.base import StoppingPolicy
-from stoppers.robust.gpd_tail import TailFit, acceptance
+from stoppers.robust.gpd_tail import TailFit
+from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
-from stoppers.robust.target import _default_min_samples, kappa_offset
-from stoppers.robust.tracker import TailTracker
 
 __all__ = ["TailPandora", "default_kappa_z"]
 
 
-class TailPandora(StoppingPolicy):
+class TailPandora(TailPolicy):
     """Stop when one more sample's expected acceptance gain is worth less than ``cost``.
 
     Parameters
@@ -61,71 +59,40 @@ class TailPandora(StoppingPolicy):
         xi_z: float = 0.0,
         prior: TailPrior | None = None,
     ) -> None:
-        super().__init__(max_samples=max_samples)
         cost = float(cost)
         if not (cost > 0.0 and math.isfinite(cost)):
             raise ValueError(f"cost must be finite and > 0, got {cost!r}")
-        if not (0.0 < alpha < 1.0):
-            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-        min_samples = _default_min_samples(min_samples, max_samples)
         if kappa_z is None:
             kappa_z = default_kappa_z(cost)
-        for name, z in (("kappa_z", kappa_z), ("scale_z", scale_z), ("xi_z", xi_z)):
+        super().__init__(
+            alpha=alpha,
+            min_samples=min_samples,
+            max_samples=max_samples,
+            kappa_z=kappa_z,
+            prior=prior,
+        )
+        for name, z in (("scale_z", scale_z), ("xi_z", xi_z)):
             if not (z >= 0.0 and math.isfinite(z)):
                 raise ValueError(f"{name} must be finite and >= 0, got {z!r}")
         self.cost = cost
-        self.alpha = float(alpha)
-        self.min_samples = min_samples
-        self.kappa_z = float(kappa_z)
         self.scale_z = float(scale_z)
         self.xi_z = float(xi_z)
-        self.prior = prior if prior is not None else TailPrior()
-        self._tracker = TailTracker(xi0=self.prior.xi0, prior_weight=self.prior.weight)
-        self._fit_seen: TailFit | None = None
         self._optimistic: TailFit | None = None
-        self._kappa_off = math.nan
         self._gain = math.nan
-
-    @property
-    def rewards_sorted(self) -> list[float]:
-        """The observed rewards, ascending (what a :class:`TailPrior` learns from)."""
-        return self._tracker.sorted
-
-    @property
-    def threshold(self) -> float | None:
-        """The estimated benchmark reward kappa_hat (None before the tail can be fitted)."""
-        fit = self._tracker.fit
-        return None if fit is None else fit.u + self._kappa_off
-
-    @property
-    def acceptance_estimate(self) -> float | None:
-        fit = self._tracker.fit
-        if fit is None:
-            return None
-        return acceptance(self._best - fit.u - self._kappa_off)
 
     @property
     def expected_gain(self) -> float | None:
         """E[(u(V) - u(best))+] under the optimistic fit; the policy stops when <= cost."""
         return None if math.isnan(self._gain) else self._gain
 
-    def _decide(self, reward: float) -> str | None:
-        tracker = self._tracker
-        refit = tracker.add(reward)
-        fit = tracker.fit
-        if tracker.tied_ceiling(self.min_samples):
-            return "tied"
-        if fit is None:
-            return None
-        if refit or fit is not self._fit_seen:
-            self._fit_seen = fit
-            self._kappa_off = kappa_offset(fit, self.alpha, self.kappa_z, self.prior.weight)
-            widen = 1.0 + self.scale_z / math.sqrt(fit.k)
-            xi_up = fit.xi + self.xi_z * (1.0 + fit.xi) / math.sqrt(fit.k + self.prior.weight)
-            self._optimistic = replace(fit, sigma=fit.sigma * widen, xi=min(xi_up, 0.9))
-        if self._n < self.min_samples:
-            return None
-        if refit or reward >= self._best:
+    def _on_new_fit(self, fit: TailFit) -> None:
+        widen = 1.0 + self.scale_z / math.sqrt(fit.k)
+        xi_up = fit.xi + self.xi_z * (1.0 + fit.xi) / math.sqrt(fit.k + self.prior.weight)
+        self._optimistic = replace(fit, sigma=fit.sigma * widen, xi=min(xi_up, 0.9))
+
+    def _test(self, fit: TailFit, *, refresh: bool) -> str | None:
+        if refresh:
+            assert self._optimistic is not None  # set with the fit
             self._gain = self._optimistic.expected_gain(self._best - fit.u, self._kappa_off)
         return "threshold" if self._gain <= self.cost else None
 
