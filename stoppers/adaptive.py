@@ -94,6 +94,24 @@ class _AdaptiveBase(StoppingPolicy):
         self._acceptance: float | None = None
         self._kappa: float | None = None
 
+    #: the stop reason when the kernel says stop ("threshold" or "target")
+    _reason: str
+    _kernel: am.CostKernel | am.TargetKernel
+
+    def _decide(self, reward: float) -> str | None:
+        """One O(log n) update of the streaming statistics, then the shared kernel's O(1)
+        decision (Algorithm lines 5-16; nothing before ``min_samples``, the Algorithm's t)."""
+        stats = self._stats
+        stats.add(reward)
+        n = stats.n
+        if n < self.min_samples:
+            return None
+        median, count, total = stats.tail()
+        decision = self._kernel.decide(SCALAR, n, median, count, total, stats.ref, self._best)
+        self._acceptance = decision.acceptance
+        self._kappa = decision.kappa
+        return self._reason if decision.stop else None
+
     def _statistics(self) -> tuple[int, float, int, float, float]:
         median, count, total = self._stats.tail()
         return self._stats.n, median, count, total, self._stats.ref
@@ -124,6 +142,8 @@ class AdaptiveBestOfN(_AdaptiveBase):
     >>> policy.stop_reason, policy.n, policy.best
     ('threshold', 10, 0.8)
     """
+
+    _reason = "threshold"
 
     def __init__(
         self,
@@ -167,18 +187,6 @@ class AdaptiveBestOfN(_AdaptiveBase):
             utility=self.utility,
         )
 
-    def _decide(self, reward: float) -> str | None:
-        stats = self._stats
-        stats.add(reward)
-        n = stats.n
-        if n < self.min_samples:
-            return None
-        median, count, total = stats.tail()
-        decision = self._kernel.decide(SCALAR, n, median, count, total, stats.ref, self._best)
-        self._acceptance = decision.acceptance
-        self._kappa = decision.kappa
-        return "threshold" if decision.stop else None
-
     def _solve_threshold(self) -> tuple[float, float] | None:
         if self._stats.n < self.min_samples:
             return None
@@ -214,6 +222,8 @@ class TargetAcceptance(_AdaptiveBase):
     ``target`` in (0, 1], kappa fitted with the UCB scale (the paper's footnote). Stop reason
     ``"target"``; ``max_samples`` ends the stream with ``"budget"``."""
 
+    _reason = "target"
+
     def __init__(
         self,
         target: float,
@@ -247,18 +257,6 @@ class TargetAcceptance(_AdaptiveBase):
             delta_schedule=self.delta_schedule,
             empty_tail=self.empty_tail,
         )
-
-    def _decide(self, reward: float) -> str | None:
-        stats = self._stats
-        stats.add(reward)
-        n = stats.n
-        if n < self.min_samples:
-            return None
-        median, count, total = stats.tail()
-        decision = self._kernel.decide(SCALAR, n, median, count, total, stats.ref, self._best)
-        self._acceptance = decision.acceptance
-        self._kappa = decision.kappa
-        return "target" if decision.stop else None
 
     @property
     def threshold(self) -> float | None:
