@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from server.bench import InstantReward
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -61,19 +62,6 @@ def _upstream_role() -> None:
     print(upstream.port, flush=True)
     sys.stdin.read()
     upstream.stop()
-
-
-class InstantReward:
-    """A reward backend that costs nothing: a pseudo-random score per response."""
-
-    async def score(self, messages, responses):
-        return [random.random() for _ in responses]
-
-    async def ready(self) -> bool:
-        return True
-
-    async def aclose(self) -> None:
-        pass
 
 
 def _socket_peers() -> dict[str, int]:

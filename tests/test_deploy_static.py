@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from reward.metrics import RewardMetrics
 from server.metrics import GatewayMetrics
+from tests.test_server_metrics import ISSUE_6_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -27,22 +28,8 @@ PROMETHEUS_DIR = DEPLOY / "prometheus"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "saved-generations.json"
 PROVISIONING = DEPLOY / "grafana" / "provisioning"
 
-# The gateway metrics issue 6 fixes by name, with their Prometheus types.
-ISSUE_METRICS = {
-    "pandora_requests_total": "counter",
-    "pandora_request_duration_seconds": "histogram",
-    "pandora_samples_per_request": "histogram",
-    "pandora_candidates_total": "counter",
-    "pandora_samples_saved_total": "counter",
-    "pandora_tokens_total": "counter",
-    "pandora_stop_reason_total": "counter",
-    "pandora_best_reward": "histogram",
-    "pandora_upstream_request_duration_seconds": "histogram",
-    "pandora_reward_request_duration_seconds": "histogram",
-    "pandora_upstream_errors_total": "counter",
-    "pandora_inflight_requests": "gauge",
-    "pandora_inflight_candidates": "gauge",
-}
+# The gateway metrics issue 6 fixes by name, with their Prometheus types (pinned once).
+ISSUE_METRICS = ISSUE_6_NAMES
 METRIC_NAME = re.compile(r"\b(pandora_[a-z_]+)\b")
 
 
