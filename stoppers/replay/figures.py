@@ -81,11 +81,7 @@ def _profit(plt, results, path, title):
     bx.set_ylabel("policy profit / best fixed-N profit")
     bx.legend(fontsize=8)
     bx.set_title("Profit performance ratio (per prompt)")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 def _winrate(plt, results, path, title):
@@ -104,11 +100,7 @@ def _winrate(plt, results, path, title):
     bx.set_xlabel("cost per sample")
     bx.set_ylabel("mean samples (= matched budget)")
     bx.legend(fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 def _savings(plt, results, path, title):
@@ -125,6 +117,11 @@ def _savings(plt, results, path, title):
     bx.set_xlabel("target acceptance rate")
     bx.set_ylabel("achieved acceptance rate")
     bx.legend(fontsize=8)
+    return _save(plt, fig, path, title)
+
+
+def _save(plt, fig, path, title):
+    """Title, lay out, write and close one figure; returns its path."""
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
