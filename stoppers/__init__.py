@@ -18,6 +18,7 @@ from stoppers.adaptive import (
 from stoppers.base import PolicyStoppedError, StoppingPolicy
 from stoppers.beacon import Beacon, beacon_index_table
 from stoppers.classic import FixedN, Patience
+from stoppers.deployment import DeploymentPrior, new_deployment_prior
 from stoppers.faircap import (
     acceptance_rate,
     bt_expected_excess,
@@ -35,6 +36,7 @@ __all__ = [
     "DEFAULT_MIN_SAMPLES",
     "AdaptiveBestOfN",
     "Beacon",
+    "DeploymentPrior",
     "FixedN",
     "MedianTailStats",
     "Patience",
@@ -51,5 +53,6 @@ __all__ = [
     "default_target_policy",
     "exponential_fair_cap",
     "fair_cap",
+    "new_deployment_prior",
     "ucb_exponential_tau_plus",
 ]

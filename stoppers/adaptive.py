@@ -36,11 +36,15 @@ c = 0.001, delta 0.05).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from stoppers import adaptive_math as am
 from stoppers.base import StoppingPolicy, _check_positive_int
 from stoppers.elementwise import SCALAR
 from stoppers.tail_stats import MedianTailStats
+
+if TYPE_CHECKING:
+    from stoppers.deployment import DeploymentPrior
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -267,7 +271,11 @@ class TargetAcceptance(_AdaptiveBase):
 
 
 def default_cost_policy(
-    cost: float, *, max_samples: int, min_samples: int | None = None
+    cost: float,
+    *,
+    max_samples: int,
+    min_samples: int | None = None,
+    prior: DeploymentPrior | None = None,
 ) -> StoppingPolicy:
     """The gateway's policy for a per-sample cost: :class:`stoppers.robust.TailPandora`.
 
@@ -279,13 +287,22 @@ def default_cost_policy(
     from stoppers.robust.cost import TailPandora  # stoppers.robust imports this package
 
     _check_positive_int("max_samples", max_samples)
-    return TailPandora(cost, max_samples=max_samples, min_samples=min_samples)
+    return TailPandora(cost, max_samples=max_samples, min_samples=min_samples, prior=prior)
 
 
 def default_target_policy(
-    target: float, *, max_samples: int, min_samples: int | None = None
+    target: float,
+    *,
+    max_samples: int,
+    min_samples: int | None = None,
+    prior: DeploymentPrior | None = None,
 ) -> StoppingPolicy:
-    """The gateway's policy for a target acceptance rate (currently :class:`TargetAcceptance`)."""
+    """The gateway's policy for a target acceptance rate (currently :class:`TargetAcceptance`).
+
+    ``prior`` (from :func:`stoppers.deployment.new_deployment_prior`) is accepted for a uniform
+    factory signature; the paper's rule learns nothing across prompts and ignores it.
+    """
+    del prior
     return TargetAcceptance(
         target, max_samples=max_samples, min_samples=_min_samples(min_samples, max_samples)
     )
