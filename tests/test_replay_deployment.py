@@ -1,0 +1,141 @@
+"""Sequential (deployment) replay: same streams as the engine, prior sees only observed rewards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stoppers import AdaptiveBestOfN, TargetAcceptance
+from stoppers.replay.batch import PromptBatch
+from stoppers.replay.deployment import deployment_summaries, replay_deployment
+from stoppers.replay.engine import ReplayConfig, replay_chunk
+from stoppers.replay.experiments import profit_rows, savings_rows
+from stoppers.replay.loop import loop_outcome
+
+
+def _rewards(prompts=6, samples=40, seed=3):
+    rng = np.random.default_rng(seed)
+    r = rng.gumbel(size=(prompts, samples)) * rng.uniform(0.5, 2, size=(prompts, 1))
+    r[1, 30:] = np.nan  # a prompt with missing samples
+    return r
+
+
+def test_no_prior_matches_the_engine_loop():
+    rewards = _rewards()
+    pools = [row[np.isfinite(row)] for row in rewards]
+    run = replay_deployment(
+        rewards,
+        lambda prior: TargetAcceptance(0.8, max_samples=25, min_samples=3),
+        None,
+        orderings=5,
+        seed=11,
+        max_samples=25,
+    )
+    batch = PromptBatch.build(
+        pools, range(len(pools)), permutations=5, seed=11, alpha=0.99, max_samples=25
+    )
+    ref = loop_outcome(
+        batch, lambda _p, budget: TargetAcceptance(0.8, max_samples=budget, min_samples=3)
+    )
+    out = run.outcome()
+    np.testing.assert_array_equal(out.n, ref.n)
+    np.testing.assert_array_equal(out.best, ref.best)
+    assert not run.updates.any()
+    # every deployment serves every prompt exactly once
+    assert all(sorted(row) == list(range(len(pools))) for row in run.prompt)
+
+
+def test_savings_and_profit_match_the_engine():
+    rewards = _rewards()
+    pools = [row[np.isfinite(row)] for row in rewards]
+    config = ReplayConfig(
+        targets=(0.8,), profit_costs=(0.01,), permutations=4, seed=2, policy="adaptive"
+    )
+    chunk = replay_chunk(pools, list(range(len(pools))), config)
+    runs_t = {
+        0.8: replay_deployment(rewards, lambda _: TargetAcceptance(0.8), None, orderings=4, seed=2)
+    }
+    runs_c = {
+        0.01: replay_deployment(rewards, lambda _: AdaptiveBestOfN(0.01), None, orderings=4, seed=2)
+    }
+    s = deployment_summaries(rewards, targets=runs_t, costs=runs_c)
+    np.testing.assert_allclose(s.target_acceptance[0], chunk.target_acceptance[0])
+    np.testing.assert_allclose(s.target_samples[0], chunk.target_samples[0])
+    np.testing.assert_allclose(s.policy_acceptance[0], chunk.policy_acceptance[0])
+    np.testing.assert_allclose(s.oracle_samples[0], chunk.oracle_samples[0])
+    assert savings_rows(s)[0]["save_ratio"] is not None
+    assert profit_rows(s, (0.01,))[0]["ratio"] is not None
+
+
+class SpyPrior:
+    def __init__(self):
+        self.seen: list[list[float]] = []
+
+    def update(self, rewards):
+        self.seen.append(list(rewards))
+        return len(rewards) >= 5
+
+    def to_dict(self):
+        return {"requests": len(self.seen)}
+
+
+def test_prior_sees_only_observed_rewards_in_order():
+    rewards = _rewards()
+    priors: list[SpyPrior] = []
+    handed: list[object] = []
+
+    def new_prior():
+        priors.append(SpyPrior())
+        return priors[-1]
+
+    def make(prior):
+        handed.append(prior)
+        return TargetAcceptance(0.7, min_samples=3)
+
+    run = replay_deployment(rewards, make, new_prior, orderings=3, seed=5)
+    assert len(priors) == 3  # a fresh prior per deployment
+    assert handed[0] is priors[0] and handed[-1] is priors[-1]
+    batch = PromptBatch.build(
+        [row[np.isfinite(row)] for row in rewards],
+        range(rewards.shape[0]),
+        permutations=3,
+        seed=5,
+        alpha=0.99,
+    )
+    for o, prior in enumerate(priors):
+        assert len(prior.seen) == rewards.shape[0]
+        for pos, seen in enumerate(prior.seen):
+            i = run.prompt[o, pos]
+            assert len(seen) == run.samples[o, pos]
+            stream = batch.values[i * 3 + o, : len(seen)]
+            np.testing.assert_array_equal(seen, stream)  # observed prefix, in order
+            assert run.updates[o, pos] == (len(seen) >= 5)
+
+
+def test_deterministic_by_seed_and_warm_mask():
+    rewards = _rewards()
+
+    def run(seed):
+        return replay_deployment(
+            rewards, lambda _: TargetAcceptance(0.9), SpyPrior, orderings=3, seed=seed
+        )
+
+    a, b, c = run(1), run(1), run(2)
+    np.testing.assert_array_equal(a.prompt, b.prompt)
+    np.testing.assert_array_equal(a.kept, b.kept)
+    np.testing.assert_array_equal(a.samples, b.samples)
+    assert not np.array_equal(a.prompt, c.prompt)
+    warm = a.warm(2)
+    counted_before = np.cumsum(a.updates, axis=1) - a.updates
+    np.testing.assert_array_equal(warm, counted_before >= 2)
+    s = deployment_summaries(rewards, targets={0.9: a}, mask=lambda r: r.warm(10**6))
+    assert np.isnan(s.target_acceptance).all()
+
+
+def test_rejects_bad_input():
+    with pytest.raises(ValueError):
+        replay_deployment(np.zeros(5), lambda _: TargetAcceptance(0.9), None, orderings=1, seed=0)
+    with pytest.raises(ValueError):
+        replay_deployment(
+            np.zeros((2, 3)), lambda _: TargetAcceptance(0.9), None, orderings=0, seed=0
+        )
