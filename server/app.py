@@ -29,6 +29,7 @@ from server.lean_http import LeanPool
 from server.metrics import GatewayMetrics
 from server.ops import router as ops_router
 from server.policies import PolicyFactory, build_policy
+from server.priors import PriorStore
 from server.sampling import Sampler
 from server.state import GatewayState
 from server.upstream import UpstreamClient, UpstreamFailure
@@ -37,6 +38,7 @@ __all__ = ["create_app", "upstream_http_clients"]
 
 
 POOL_SHARDS = 16  # see UpstreamClient: many small connection pools instead of one large one
+PRIOR_MODELS = 64  # learned priors kept (LRU over model names as requests spell them)
 
 
 def _auth_headers(settings: Settings) -> dict[str, str]:
@@ -89,6 +91,11 @@ def create_app(
         )
     registry = registry if registry is not None else CollectorRegistry()
     metrics = GatewayMetrics(registry, max_samples=settings.max_samples)
+    priors = (
+        PriorStore(max_models=PRIOR_MODELS, path=settings.prior_state_file, registry=registry)
+        if settings.learn_prior
+        else None
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -105,6 +112,9 @@ def create_app(
                         headers=_auth_headers(settings),
                     )
                     stack.push_async_callback(lean.aclose)
+            if priors is not None:
+                priors.load()
+                stack.callback(priors.save)  # on shutdown (no-op without a state file)
             backend = reward
             if backend is None:
                 backend = _default_reward(settings)
@@ -135,6 +145,7 @@ def create_app(
                     policy_factory or build_policy,
                     reward_fallback=settings.reward_failure == "first",
                     reward_timeout=settings.reward_timeout,
+                    priors=priors,
                 ),
             )
             yield
@@ -147,6 +158,7 @@ def create_app(
     )
     app.state.api_keys = [key.get_secret_value().encode() for key in settings.api_key]
     app.state.protect_ops = settings.protect_metrics
+    app.state.priors = priors
     app.include_router(chat_router)
     app.include_router(ops_router)
     app.add_middleware(ChatFastPath)  # inside the body limit (added after: outermost)

@@ -8,6 +8,7 @@ the gateway the same way. Validators refuse to start on configuration that canno
 from __future__ import annotations
 
 import urllib.request
+from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -84,6 +85,16 @@ class Settings(BaseSettings):
     )
     reward_timeout: float = Field(30.0, gt=0, description="seconds per reward call")
     max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, description="request body limit")
+    learn_prior: bool = Field(
+        True,
+        description="learn each model's reward-tail prior from finished requests and give it to "
+        "new adaptive/target requests",
+    )
+    prior_state_file: Path | None = Field(
+        None,
+        description="JSON file of the learned priors: loaded at start-up if present, saved "
+        "atomically on shutdown and every 50 finished requests",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 
     @field_validator("upstream_url", "reward_url")

@@ -4,6 +4,11 @@ This is the online form of the paper's Algorithm "Adaptive Best-of-N Sampling vi
 Box" (Sec. 4.2): draw a candidate, score it, ask the stopping rule; here up to ``parallelism``
 draws are in flight so the wall-clock cost of a sequential rule stays low. Rewards reach the
 policy in launch order within each batch of candidates that finished together.
+
+With a :class:`server.priors.PriorStore`, adaptive and target requests get their model's
+deployment prior, and a request that finished normally (the policy stopped or the budget ran
+out; not a timeout, a reward fallback, a failure or a client disconnect) teaches it its
+rewards in the order they were scored.
 """
 
 from __future__ import annotations
@@ -28,12 +33,15 @@ from server.errors import (
     UpstreamTimeoutError,
 )
 from server.metrics import GatewayMetrics
-from server.policies import PolicyFactory
+from server.policies import PolicyFactory, accepts_prior
+from server.priors import PriorStore, prior_mode_for
 from server.upstream import UpstreamClient, UpstreamFailure
 
 __all__ = ["Sampler", "SamplingOutcome"]
 
 log = logging.getLogger(__name__)
+# Stop reasons after which a request's rewards are not what its policy would have seen.
+_NOT_LEARNED = frozenset({"timeout", "reward_unavailable"})
 # Clients learn that scoring failed and why, never where the reward backend lives.
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
@@ -74,11 +82,14 @@ class Sampler:
         *,
         reward_fallback: bool,
         reward_timeout: float,
+        priors: PriorStore | None = None,
     ) -> None:
         self.upstream = upstream
         self.reward = reward
         self.metrics = metrics
         self.policy_factory = policy_factory
+        # A factory that cannot take a prior gets none, and then nothing is learned either.
+        self.priors = priors if accepts_prior(policy_factory) else None
         self.reward_fallback = reward_fallback
         self.reward_timeout = reward_timeout
 
@@ -98,7 +109,11 @@ class Sampler:
             run.timed_out = True
         finally:
             await run.cancel_in_flight()
-        return run.outcome()
+        outcome = run.outcome()  # raises when every candidate failed
+        if run.prior is not None and outcome.stop_reason not in _NOT_LEARNED and outcome.rewards:
+            assert self.priors is not None and run.prior_mode is not None
+            self.priors.learn(run.prior_mode, run.prior, outcome.rewards)
+        return outcome
 
     async def score(
         self, messages: Sequence[Mapping[str, Any]], candidates: list[Candidate]
@@ -141,7 +156,14 @@ class _Run:
         self.messages = messages
         self.body = body
         self.plan = plan
-        self.policy = sampler.policy_factory(plan)
+        self.prior_mode = prior_mode_for(plan.mode) if sampler.priors is not None else None
+        model = body.get("model")
+        if self.prior_mode is not None and isinstance(model, str) and sampler.priors is not None:
+            self.prior = sampler.priors.get(model, self.prior_mode)
+            self.policy = sampler.policy_factory(plan, prior=self.prior)
+        else:
+            self.prior = None
+            self.policy = sampler.policy_factory(plan)
         self.in_flight: dict[asyncio.Task[Candidate], CandidateBuilder] = {}
         self.scored: list[Candidate] = []
         self.rewards: list[float] = []

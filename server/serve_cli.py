@@ -55,6 +55,16 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
     ("reward_failure", "value", "reward backend down: error (503) or first (first candidate)"),
     ("reward_timeout", "value", "seconds per reward call (default 30)"),
     ("max_body_bytes", "value", "request body limit in bytes (default 10 MB)"),
+    (
+        "learn_prior",
+        "bool",
+        "learn each model's reward-tail prior across requests (default on)",
+    ),
+    (
+        "prior_state_file",
+        "value",
+        "JSON file for the learned priors: loaded at start-up, saved on shutdown and periodically",
+    ),
     ("log_level", "value", "critical|error|warning|info|debug"),
 )
 

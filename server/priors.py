@@ -1,0 +1,206 @@
+"""The gateway's learned deployment priors: one per (generator model, mode), kept across requests.
+
+Why: one request sees a handful of rewards, but the requests for one model share its reward
+distribution's shape (see :mod:`stoppers.deployment`). :class:`PriorStore` hands the same
+:class:`stoppers.DeploymentPrior` to every policy built for a model and mode, and learns from
+each request that finished normally, with the rewards in the order the policy saw them.
+
+- Keys are the ``model`` string as the request names it. The store is an LRU bounded by
+  ``max_models``, so a client sending random model names cannot grow memory.
+- Only the protocol is used (``update``, ``to_dict``); the concrete class comes from
+  :func:`stoppers.new_deployment_prior`, and restoring a saved state uses that class's
+  ``from_dict``. A state saved by another class (the default policy changed) is dropped with
+  one warning: a fresh prior is safe, a misread one is not.
+- Persistence is a small JSON file written atomically (temp file + ``os.replace``).
+
+Single asyncio loop, no locks: every call happens on the gateway's event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+import stoppers
+from stoppers.deployment import DeploymentPrior, PriorMode
+
+__all__ = ["PRIOR_MODES", "PriorStore", "prior_mode_for"]
+
+log = logging.getLogger(__name__)
+
+PRIOR_MODES: tuple[PriorMode, ...] = ("cost", "target")
+STATE_VERSION = 1
+UPDATE_RESULTS = ("learned", "skipped")  # update() returned True / False
+# Metric labels use the request modes (as every other ``mode`` label of the gateway does).
+_REQUEST_MODE: dict[PriorMode, str] = {"cost": "adaptive", "target": "target"}
+
+
+def prior_mode_for(request_mode: str) -> PriorMode | None:
+    """The prior a request's mode learns into: adaptive -> cost, target -> target, else none."""
+    if request_mode == "adaptive":
+        return "cost"
+    if request_mode == "target":
+        return "target"
+    return None
+
+
+def _class_name(prior: object) -> str:
+    cls = type(prior)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class PriorStore:
+    """LRU of deployment priors keyed by (model, mode), optionally persisted to ``path``."""
+
+    def __init__(
+        self,
+        *,
+        max_models: int = 64,
+        path: Path | None = None,
+        save_every: int = 50,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        if max_models < 1:
+            raise ValueError(f"max_models must be >= 1, got {max_models}")
+        self.max_models = max_models
+        self.path = path
+        self.save_every = save_every
+        self._priors: OrderedDict[tuple[str, PriorMode], DeploymentPrior] = OrderedDict()
+        self._since_save = 0
+        registry = registry if registry is not None else CollectorRegistry()
+        self.updates = Counter(
+            "pandora_prior_updates_total",
+            "Finished requests offered to a deployment prior, by request mode (adaptive: the "
+            "cost prior) and whether it learned from them (skipped: too few or tied rewards)",
+            ("mode", "result"),
+            registry=registry,
+        )
+        for mode in PRIOR_MODES:
+            for result in UPDATE_RESULTS:
+                self.updates.labels(mode=_REQUEST_MODE[mode], result=result)
+        self.models = Gauge(
+            "pandora_prior_models",
+            "Deployment priors held (one per model and mode; bounded LRU)",
+            registry=registry,
+        )
+
+    def __len__(self) -> int:
+        return len(self._priors)
+
+    def keys(self) -> list[tuple[str, PriorMode]]:
+        """Keys from least to most recently used."""
+        return list(self._priors)
+
+    def get(self, model: str, mode: PriorMode) -> DeploymentPrior:
+        """The prior for ``model`` and ``mode`` (created on first use; marks it recently used)."""
+        key = (model, mode)
+        prior = self._priors.get(key)
+        if prior is None:
+            prior = stoppers.new_deployment_prior(mode)
+            self._insert(key, prior)
+        else:
+            self._priors.move_to_end(key)
+        return prior
+
+    def _insert(self, key: tuple[str, PriorMode], prior: DeploymentPrior) -> None:
+        self._priors[key] = prior
+        self._priors.move_to_end(key)
+        while len(self._priors) > self.max_models:
+            self._priors.popitem(last=False)
+        self.models.set(len(self._priors))
+
+    def learn(self, mode: PriorMode, prior: DeploymentPrior, rewards: Sequence[float]) -> bool:
+        """Feed one finished request's rewards (observation order) to ``prior``; count it; save
+        every ``save_every`` requests when a state file is set."""
+        learned = bool(prior.update(list(rewards)))
+        result = UPDATE_RESULTS[0 if learned else 1]
+        self.updates.labels(mode=_REQUEST_MODE[mode], result=result).inc()
+        self._since_save += 1
+        if self.path is not None and self._since_save >= self.save_every:
+            self.save()
+        return learned
+
+    # -- persistence ----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "priors": [
+                {
+                    "model": model,
+                    "mode": mode,
+                    "class": _class_name(prior),
+                    "state": prior.to_dict(),
+                }
+                for (model, mode), prior in self._priors.items()
+            ],
+        }
+
+    def save(self) -> None:
+        """Write the state atomically (a crash mid-write leaves the previous file intact)."""
+        if self.path is None:
+            return
+        self._since_save = 0
+        data = json.dumps(self.to_dict(), allow_nan=False)
+        directory = self.path.parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except (OSError, ValueError) as exc:
+            log.warning("could not save the deployment priors to %s: %s", self.path, exc)
+
+    def load(self) -> int:
+        """Restore priors from ``path`` if it exists; returns how many were restored. Any state
+        this version cannot read is dropped with one warning (the store starts fresh)."""
+        if self.path is None or not self.path.exists():
+            return 0
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            restored = self._restore(data)
+        except Exception as exc:
+            log.warning(
+                "ignoring the saved deployment priors in %s (%s); starting fresh", self.path, exc
+            )
+            self._priors.clear()
+            self.models.set(0)
+            return 0
+        log.info("restored %d deployment prior(s) from %s", restored, self.path)
+        return restored
+
+    def _restore(self, data: Any) -> int:
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown state format (expected version {STATE_VERSION})")
+        entries = data["priors"]
+        if not isinstance(entries, list):
+            raise ValueError("'priors' must be a list")
+        restored: list[tuple[tuple[str, PriorMode], DeploymentPrior]] = []
+        for entry in entries:
+            model, mode = entry["model"], entry["mode"]
+            if not isinstance(model, str) or mode not in PRIOR_MODES:
+                raise ValueError(f"bad key ({model!r}, {mode!r})")
+            cls = type(stoppers.new_deployment_prior(mode))
+            expected = f"{cls.__module__}.{cls.__qualname__}"
+            if entry["class"] != expected:
+                raise ValueError(f"saved by {entry['class']}, the {mode} prior is now {expected}")
+            restored.append(((model, mode), cls.from_dict(entry["state"])))  # type: ignore[attr-defined]
+        for key, prior in restored:
+            self._insert(key, prior)
+        return len(restored)

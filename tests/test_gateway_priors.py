@@ -1,0 +1,256 @@
+"""The learned deployment prior: one per (model, mode), fed each finished request's rewards in
+the order its policy saw them, bounded, and persisted across a real restart of the gateway."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+import stoppers
+from server.priors import PriorStore
+from stoppers.base import StoppingPolicy
+from tests.fakes import FakeReward, FakeUpstream, Fault
+from tests.fakes.gateway import start_gateway
+from tests.fakes.upstream import quality_for_seed
+
+URL = "/v1/chat/completions"
+
+
+def body(model: str = "m", **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+class RecordingPolicy(StoppingPolicy):
+    """Never stops (the budget ends the request); remembers the rewards it observed."""
+
+    def __init__(self, max_samples: int) -> None:
+        super().__init__(max_samples=max_samples)
+        self.seen: list[float] = []
+
+    def _decide(self, reward: float) -> str | None:
+        self.seen.append(reward)
+        return None
+
+
+class RecordingPrior:
+    """A DeploymentPrior (protocol only) that remembers every update."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.updates: list[list[float]] = []
+
+    def update(self, rewards):
+        self.updates.append(list(rewards))
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"updates": self.updates}
+
+
+class Recorder:
+    """A policy factory taking ``prior=``: records (prior, policy) per request."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, RecordingPolicy]] = []
+
+    def __call__(self, plan, *, prior=None) -> StoppingPolicy:
+        policy = RecordingPolicy(plan.max_samples)
+        self.calls.append((prior, policy))
+        return policy
+
+
+@pytest.fixture
+def recording_priors(monkeypatch) -> list[RecordingPrior]:
+    made: list[RecordingPrior] = []
+
+    def new(mode):
+        prior = RecordingPrior(mode)
+        made.append(prior)
+        return prior
+
+    monkeypatch.setattr(stoppers, "new_deployment_prior", new)
+    return made
+
+
+def test_one_prior_object_per_model_and_mode(gateway_factory, recording_priors):
+    recorder = Recorder()
+    server = gateway_factory(policy_factory=recorder, max_samples=2, parallelism=2)
+    for request in (
+        body("a"),
+        body("a"),
+        body("b"),
+        body("a", pandora={"mode": "target"}),
+        body("a", pandora={"mode": "fixed"}),
+    ):
+        assert httpx.post(server.url + URL, json=request, timeout=10).status_code == 200
+    priors = [prior for prior, _ in recorder.calls]
+    assert priors[0] is priors[1] and priors[0] is not None
+    assert priors[2] is not priors[0]  # another model
+    assert priors[3] is not priors[0] and priors[3].mode == "target"
+    assert priors[4] is None  # fixed mode learns nothing
+    assert [p.mode for p in recording_priors] == ["cost", "cost", "target"]
+    assert len(priors[0].updates) == 2 and len(priors[2].updates) == 1
+    assert server.metric("pandora_prior_updates_total", mode="adaptive", result="learned") == 3
+    assert server.metric("pandora_prior_updates_total", mode="target", result="learned") == 1
+    assert server.metric("pandora_prior_models") == 3
+
+
+def test_update_gets_rewards_in_observation_order(recording_priors):
+    # Candidate i waits (4 - i) * 40 ms per token: with 4 in flight they finish last-first, so
+    # the policy sees them in an order that is neither launch order nor sorted.
+    def delay(index: int, request: dict[str, Any]) -> float:
+        return (4 - request["seed"]) * 0.04 if request["seed"] < 4 else 0.0
+
+    with FakeUpstream(tokens=4, token_delay_rule=delay) as upstream:
+        recorder = Recorder()
+        server = start_gateway(
+            upstream, FakeReward(), policy_factory=recorder, max_samples=6, parallelism=4
+        )
+        try:
+            response = httpx.post(server.url + URL, json=body(seed=0), timeout=10)
+        finally:
+            server.stop()
+    assert response.status_code == 200
+    ((prior, policy),) = recorder.calls
+    assert len(policy.seen) == 6
+    assert prior.updates == [policy.seen]
+    assert prior.updates[0] == response.json()["pandora"]["rewards"]
+    assert prior.updates[0] != sorted(prior.updates[0])
+    assert prior.updates[0] != sorted(prior.updates[0], reverse=True)
+    assert prior.updates[0][0] == quality_for_seed(3)  # the fastest of the first four
+    assert sorted(prior.updates[0]) == sorted(quality_for_seed(i) for i in range(6))
+
+
+def test_client_disconnect_teaches_nothing(recording_priors):
+    # Two fast candidates are scored, then every later one hangs: the client gives up.
+    def delay(index: int, request: dict[str, Any]) -> float:
+        return 0.0 if index < 2 else 1.0
+
+    with FakeUpstream(tokens=6, token_delay_rule=delay) as upstream:
+        recorder = Recorder()
+        server = start_gateway(
+            upstream, FakeReward(), policy_factory=recorder, max_samples=8, parallelism=2
+        )
+        try:
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(server.url + URL, json=body(), timeout=0.8)
+            assert upstream.wait_idle(3.0)
+            deadline = time.monotonic() + 2
+            while server.metric("pandora_inflight_requests") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            ((prior, policy),) = recorder.calls
+            assert len(policy.seen) == 2  # rewards were observed ...
+            assert prior.updates == []  # ... but an abandoned request teaches nothing
+            assert (
+                server.metric("pandora_prior_updates_total", mode="adaptive", result="learned") == 0
+            )
+        finally:
+            server.stop()
+
+
+def test_all_candidates_failing_teaches_nothing(gateway_factory, fake_upstream, recording_priors):
+    fake_upstream.inject(Fault("status", status=500), times=100)
+    recorder = Recorder()
+    server = gateway_factory(policy_factory=recorder, max_samples=2, upstream_retries=0)
+    assert httpx.post(server.url + URL, json=body(), timeout=10).status_code == 502
+    ((prior, _),) = recorder.calls
+    assert prior.updates == []
+
+
+def test_no_learn_prior_passes_no_prior(gateway_factory, recording_priors):
+    recorder = Recorder()
+    server = gateway_factory(policy_factory=recorder, max_samples=2, learn_prior=False)
+    assert httpx.post(server.url + URL, json=body(), timeout=10).status_code == 200
+    assert recorder.calls[0][0] is None
+    assert recording_priors == []
+    assert server.registry.get_sample_value("pandora_prior_models") is None
+
+
+def test_store_is_a_bounded_lru():
+    store = PriorStore(max_models=3)
+    first = store.get("m0", "cost")
+    for i in range(1, 3):
+        store.get(f"m{i}", "cost")
+    assert store.get("m0", "cost") is first  # used again: now the most recent
+    store.get("m3", "cost")  # evicts m1, the least recently used
+    assert store.keys() == [("m2", "cost"), ("m0", "cost"), ("m3", "cost")]
+    for i in range(1000):
+        store.get(f"random-{i}", "target")
+    assert len(store) == 3
+
+
+def test_gateway_bounds_the_models_it_remembers(gateway_factory, monkeypatch):
+    monkeypatch.setattr("server.app.PRIOR_MODELS", 4)
+    server = gateway_factory(max_samples=1)
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        for i in range(10):
+            assert client.post(URL, json=body(f"random-{i}")).status_code == 200
+    assert server.metric("pandora_prior_models") == 4
+
+
+def _serve_learning(upstream: FakeUpstream, state: Any, requests: int) -> dict[str, Any]:
+    """Run a gateway with the real default policy and prior; return the saved file's content."""
+    server = start_gateway(upstream, FakeReward(), prior_state_file=state, max_samples=10)
+    try:
+        with httpx.Client(base_url=server.url, timeout=20) as client:
+            for i in range(requests):
+                response = client.post(URL, json=body("gen", seed=100 * i))
+                assert response.status_code == 200
+        learned = server.metric("pandora_prior_updates_total", mode="adaptive", result="learned")
+        assert learned == requests
+        live = server.server.config.app.state.priors.get("gen", "cost").to_dict()
+    finally:
+        server.stop()  # shutdown saves the file
+    saved = json.loads(state.read_text())
+    (entry,) = saved["priors"]
+    assert entry["model"] == "gen" and entry["mode"] == "cost"
+    assert entry["state"] == live
+    return entry
+
+
+def test_prior_survives_a_restart(fake_upstream, tmp_path):
+    state = tmp_path / "priors.json"
+    entry = _serve_learning(fake_upstream, state, requests=2)
+    assert entry["state"]["requests"] == 2  # TailPrior's own count (the default prior)
+    # A new process restores it and keeps learning from there.
+    entry = _serve_learning(fake_upstream, state, requests=1)
+    assert entry["state"]["requests"] == 3
+    assert not list(tmp_path.glob(".priors.json.*"))  # no temp file left behind
+
+
+def test_unreadable_state_starts_fresh_with_one_warning(fake_upstream, tmp_path, caplog):
+    state = tmp_path / "priors.json"
+    stale = {
+        "version": 1,
+        "priors": [
+            {"model": "gen", "mode": "cost", "class": "old.Prior", "state": {"alpha": 1}},
+        ],
+    }
+    state.write_text(json.dumps(stale))
+    with caplog.at_level(logging.WARNING, logger="server.priors"):
+        server = start_gateway(fake_upstream, FakeReward(), prior_state_file=state)
+        try:
+            assert server.metric("pandora_prior_models") == 0
+        finally:
+            server.stop()
+    warnings = [r for r in caplog.records if r.name == "server.priors"]
+    assert len(warnings) == 1 and "starting fresh" in warnings[0].getMessage()
+    assert json.loads(state.read_text())["priors"] == []  # the stale state was replaced
+
+
+def test_save_every_n_requests(tmp_path):
+    state = tmp_path / "p.json"
+    store = PriorStore(path=state, save_every=2)
+    prior = store.get("m", "cost")
+    store.learn("cost", prior, [0.1, 0.2])
+    assert not state.exists()
+    store.learn("cost", prior, [0.1, 0.2])
+    assert json.loads(state.read_text())["priors"][0]["model"] == "m"
+    restored = PriorStore(path=state)
+    assert restored.load() == 1
+    assert restored.get("m", "cost").to_dict() == prior.to_dict()
