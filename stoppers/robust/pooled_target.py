@@ -1,0 +1,107 @@
+"""Target mode with a deployment prior: deliver the asked acceptance at the fewest samples.
+
+Why: with the prompt's distribution known, the cheapest rule whose kept reward has mean
+acceptance ``t`` stops at the first reward whose standardised value (v - mean) / scale reaches
+z_star(scale, t) (:mod:`stoppers.robust.shape_prior`). One request cannot know its tail, but a
+deployment can: the :class:`~stoppers.robust.shape_prior.ShapePrior` the gateway keeps per model
+supplies z_star, a prior on the scale and a Monte Carlo correction of the small-sample bias.
+Per observation this policy updates a running mean and variance (Welford), shrinks its log sd
+towards the learned scales, and compares (best - mean) / scale with the tabulated threshold:
+a few float operations, no fit.
+
+Cold start: until the prior has learned from ``cold_start`` requests, the request is delegated
+to :class:`~stoppers.robust.target.TailTargetAcceptance` (its own GPD tail fit, no prior).
+"""
+
+from __future__ import annotations
+
+import math
+
+from stoppers.base import StoppingPolicy
+from stoppers.robust.policy import _default_min_samples
+from stoppers.robust.shape_prior import ShapePrior, StopTable
+from stoppers.robust.target import TailTargetAcceptance
+
+__all__ = ["COLD_START", "PooledTargetAcceptance"]
+
+COLD_START = 20
+MAX_SIM_HORIZON = 1024
+
+
+class PooledTargetAcceptance(StoppingPolicy):
+    """Stop once (best - mean) / scale reaches the deployment's calibrated threshold.
+
+    Parameters
+    ----------
+    target: acceptance rate to deliver, in (0, 1].
+    prior: the deployment's :class:`ShapePrior` (None: always the cold-start policy).
+    alpha: benchmark percentile (Definition "Benchmark Reward").
+    min_samples: rewards to see before any stop (default 8, or max_samples if smaller).
+    max_samples: hard budget, stop reason "budget".
+    cold_start: requests the prior must have learned from before its table is trusted.
+    """
+
+    def __init__(
+        self,
+        target: float,
+        *,
+        prior: ShapePrior | None = None,
+        alpha: float = 0.99,
+        min_samples: int | None = None,
+        max_samples: int | None = None,
+        cold_start: int = COLD_START,
+    ) -> None:
+        target = float(target)
+        if not (0.0 < target <= 1.0):
+            raise ValueError(f"target must be in (0, 1], got {target!r}")
+        if not (0.0 < alpha < 1.0):
+            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        super().__init__(max_samples=max_samples)
+        self.target = target
+        self.alpha = float(alpha)
+        self.min_samples = _default_min_samples(min_samples, max_samples)
+        self.prior = prior
+        self._table: StopTable | None = None
+        self._fallback: TailTargetAcceptance | None = None
+        if prior is not None and prior.requests >= cold_start:
+            horizon = min(max_samples or MAX_SIM_HORIZON, MAX_SIM_HORIZON)
+            self._table = prior.table(
+                target, min_samples=self.min_samples, horizon=horizon, alpha=self.alpha
+            )
+        if self._table is None:
+            self._fallback = TailTargetAcceptance(target, alpha=alpha, min_samples=self.min_samples)
+        self._mean = 0.0
+        self._m2 = 0.0
+        self._scale = math.nan
+
+    @property
+    def cold(self) -> bool:
+        """True while the request runs the cold-start policy (prior not yet trusted)."""
+        return self._fallback is not None
+
+    @property
+    def threshold(self) -> float | None:
+        """The reward the best must reach to stop now (None before min_samples / when cold)."""
+        if self._fallback is not None:
+            return self._fallback.threshold
+        if math.isnan(self._scale):
+            return None
+        log_s = math.log(self._scale)
+        return self._mean + self._scale * self._table.threshold(log_s, self._n)
+
+    def _decide(self, reward: float) -> str | None:
+        if self._fallback is not None:
+            return self._fallback.stop_reason if self._fallback.observe(reward) else None
+        n = self._n
+        delta = reward - self._mean
+        self._mean += delta / n
+        self._m2 += delta * (reward - self._mean)
+        if n < self.min_samples:
+            return None
+        table = self._table
+        sd = math.sqrt(self._m2 / (n - 1)) if n > 1 and self._m2 > 0.0 else 0.0
+        scale = table.scale(n, sd)
+        self._scale = scale
+        if (self._best - self._mean) / scale >= table.threshold(math.log(scale), n):
+            return "target"
+        return None

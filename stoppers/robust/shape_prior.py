@@ -1,0 +1,305 @@
+"""A deployment's learned reward shape, for target mode: what one request cannot see alone.
+
+Why: the cheapest rule that delivers a mean acceptance ``t`` when the prompt's reward
+distribution is known is a threshold rule - stop at the first reward v whose acceptance
+h(v) = E[AR_kappa(V) | V >= v] reaches t (the Lagrangian form of Weitzman's rule, Definition
+"Fair-cap value", on the AR scale). Acceptance (Definition "Acceptance Rate") is invariant to
+the reward's location but not to its scale, and it depends on the far tail through kappa (the
+alpha-quantile, Definition "Benchmark Reward"), which a handful of rewards cannot pin down. The
+prompts of one deployment share a generator and a reward model, so they share the *shape* of
+their standardised rewards z = (v - mean) / sd and a distribution of scales sd. This prior
+learns both from finished requests and turns them into a stop table for the policy
+(:class:`stoppers.robust.pooled_target.PooledTargetAcceptance`).
+
+What it keeps (bounded, JSON-safe):
+
+* a histogram of standardised rewards: each finished request's observed rewards standardised by
+  that request's own mean and sd. Pooling *every* observed reward of stopped streams is
+  unbiased in aggregate by Wald's identity (E[#draws in A] = E[N] P(A) for a stopping time N):
+  the stopped-early streams' high last draws balance the truncated streams;
+* a histogram of log sd (the scales the requests saw).
+
+What it derives (cached, rebuilt as evidence grows by ``rebuild_growth``):
+
+* ``z_star(log s)``: for a prompt of scale s, the standardised threshold whose conditional mean
+  acceptance is t under the learned shape (the known-distribution rule);
+* ``offset``: a Monte Carlo correction of that plug-in rule. The policy estimates mean and
+  scale from its own few rewards (the scale shrunk to the learned scale distribution); the
+  resulting first-crossing rule has a small-sample bias, so we simulate it on prompts drawn
+  from the learned shape and scales and bisect the additive offset on z_star at which the
+  simulated mean acceptance equals t.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ShapePrior", "StopTable"]
+
+Z_LO, Z_HI, Z_BINS = -12.0, 12.0, 1200  # bin width 0.02
+S_LO, S_HI, S_BINS = -12.0, 12.0, 480  # log-sd bin width 0.05
+LOG_S_GRID = np.linspace(-4.0, 4.0, 33)  # where z_star is tabulated (relative to the median)
+SIM_STREAMS = 400
+SLOPES = (0.0, 1.5, 3.0, 5.0, 8.0)  # candidate small-sample slopes of the offset
+
+
+@dataclass(frozen=True)
+class StopTable:
+    """The per-request decision data for one (target, min_samples, horizon)."""
+
+    target: float
+    log_s_grid: tuple[float, ...]  # absolute log-scale grid
+    z_star: tuple[float, ...]  # threshold on (best - mean) / scale at each grid point
+    offset: float  # Monte Carlo bias correction added to z_star
+    slope: float  # ... plus slope / sqrt(n - 1): the small-sample part of the correction
+    scale_mu: float  # prior mean of log scale
+    scale_prec: float  # prior precision of log scale
+    sd_weight: float  # likelihood precision per sample of log sd (2 / (kurtosis - 1))
+    requests: int  # evidence the table was built on
+    simulated_acceptance: float  # the mean acceptance the calibrated rule reached in simulation
+    simulated_samples: float
+
+    def scale(self, n: int, sd: float) -> float:
+        """Posterior-mean log scale, exponentiated: own sd shrunk to the learned scales."""
+        if sd > 0.0 and n > 1:
+            w = self.sd_weight * (n - 1)
+            return math.exp(
+                (self.scale_prec * self.scale_mu + w * math.log(sd)) / (self.scale_prec + w)
+            )
+        return math.exp(self.scale_mu)
+
+    def threshold(self, log_s: float, n: int) -> float:
+        """z_star(log s) + offset + slope / sqrt(n - 1), z_star linear between grid points."""
+        grid, zs = self.log_s_grid, self.z_star
+        offset = self.offset + self.slope / math.sqrt(max(n - 1, 1))
+        if log_s <= grid[0]:
+            return zs[0] + offset
+        if log_s >= grid[-1]:
+            return zs[-1] + offset
+        step = grid[1] - grid[0]
+        pos = (log_s - grid[0]) / step
+        i = int(pos)
+        frac = pos - i
+        return zs[i] + frac * (zs[i + 1] - zs[i]) + offset
+
+
+@dataclass
+class ShapePrior:
+    """Pooled standardised shape and scale distribution of one deployment (target mode).
+
+    ``min_rewards``: requests with fewer rewards teach nothing (their sd is too noisy).
+    ``rebuild_growth``: stop tables are rebuilt when the request count has grown by this factor
+    since they were built (and at least by one request).
+    ``alpha``: the benchmark percentile the tables use (the policy's).
+    """
+
+    min_rewards: int = 4
+    rebuild_growth: float = 1.5
+    alpha: float = 0.99  # default benchmark percentile of the tables
+    requests: int = 0
+    z_counts: Any = field(default_factory=lambda: np.zeros(Z_BINS), repr=False)
+    s_counts: Any = field(default_factory=lambda: np.zeros(S_BINS), repr=False)
+    _tables: dict[tuple, StopTable] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.z_counts) != Z_BINS or len(self.s_counts) != S_BINS:
+            raise ValueError(f"z_counts/s_counts must have {Z_BINS}/{S_BINS} bins")
+        if not (0.0 < self.alpha < 1.0) or self.rebuild_growth < 1.0 or self.min_rewards < 2:
+            raise ValueError("need 0 < alpha < 1, rebuild_growth >= 1 and min_rewards >= 2")
+        self.z_counts = np.array(self.z_counts, dtype=np.float64)
+        self.s_counts = np.array(self.s_counts, dtype=np.float64)
+
+    # -- learning ---------------------------------------------------------------------------
+    def update(self, rewards: Any) -> bool:
+        """Learn from one finished request's observed rewards (observation order)."""
+        x = np.asarray(rewards, dtype=np.float64)
+        if x.ndim != 1 or x.size < self.min_rewards or not np.all(np.isfinite(x)):
+            return False
+        sd = float(x.std(ddof=1))
+        if not sd > 0.0:
+            return False
+        z = (x - x.mean()) / sd
+        idx = np.clip(((z - Z_LO) / (Z_HI - Z_LO) * Z_BINS).astype(np.int64), 0, Z_BINS - 1)
+        self.z_counts += np.bincount(idx, minlength=Z_BINS)
+        j = int(np.clip((math.log(sd) - S_LO) / (S_HI - S_LO) * S_BINS, 0, S_BINS - 1))
+        self.s_counts[j] += 1.0
+        self.requests += 1
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe snapshot (sparse histograms), restore with :meth:`from_dict`."""
+        return {
+            "min_rewards": self.min_rewards,
+            "rebuild_growth": self.rebuild_growth,
+            "alpha": self.alpha,
+            "requests": self.requests,
+            "z_counts": {str(i): float(c) for i, c in enumerate(self.z_counts) if c},
+            "s_counts": {str(i): float(c) for i, c in enumerate(self.s_counts) if c},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShapePrior:
+        z = [0.0] * Z_BINS
+        s = [0.0] * S_BINS
+        for i, c in data.get("z_counts", {}).items():
+            z[int(i)] = float(c)
+        for i, c in data.get("s_counts", {}).items():
+            s[int(i)] = float(c)
+        return cls(
+            min_rewards=int(data.get("min_rewards", 4)),
+            rebuild_growth=float(data.get("rebuild_growth", 1.5)),
+            alpha=float(data.get("alpha", 0.99)),
+            requests=int(data.get("requests", 0)),
+            z_counts=z,
+            s_counts=s,
+        )
+
+    # -- what the policy reads -----------------------------------------------------------------
+    def table(
+        self, target: float, *, min_samples: int, horizon: int, alpha: float | None = None
+    ) -> StopTable | None:
+        """The stop table for this target (None while the prior is empty); cached."""
+        if self.requests == 0:
+            return None
+        alpha = self.alpha if alpha is None else float(alpha)
+        key = (round(float(target), 6), int(min_samples), int(horizon), alpha)
+        cached = self._tables.get(key)
+        if cached is not None and self.requests < max(
+            cached.requests + 1, cached.requests * self.rebuild_growth
+        ):
+            return cached
+        table = build_table(
+            self.z_counts, self.s_counts, float(target), alpha, min_samples, horizon, self.requests
+        )
+        self._tables[key] = table
+        return table
+
+
+def _centres(lo: float, hi: float, bins: int) -> np.ndarray:
+    width = (hi - lo) / bins
+    return lo + width * (np.arange(bins) + 0.5)
+
+
+def _ar(x: np.ndarray) -> np.ndarray:
+    """AR as a function of v - kappa (Definition "Acceptance Rate"), overflow-safe."""
+    with np.errstate(over="ignore"):
+        return np.minimum(2.0 / (1.0 + np.exp(-x)), 1.0)
+
+
+def build_table(
+    z_counts: np.ndarray,
+    s_counts: np.ndarray,
+    target: float,
+    alpha: float,
+    min_samples: int,
+    horizon: int,
+    requests: int,
+) -> StopTable:
+    """z_star on the log-scale grid, the scale prior, and the Monte Carlo offset."""
+    zc = _centres(Z_LO, Z_HI, Z_BINS)
+    w = z_counts / z_counts.sum()
+    cdf = np.cumsum(w)
+    q_alpha = float(zc[min(np.searchsorted(cdf, alpha), Z_BINS - 1)])
+    mean = float(w @ zc)
+    var = float(w @ (zc - mean) ** 2)
+    kurt = float(w @ (zc - mean) ** 4) / max(var * var, 1e-12)
+    sd_weight = 4.0 / max(kurt - 1.0, 0.5)  # 1 / Var(log sd) per sample (2 for the normal)
+    sc = _centres(S_LO, S_HI, S_BINS)
+    sw = s_counts / s_counts.sum()
+    mu = float(sw @ sc)
+    s_var = max(float(sw @ (sc - mu) ** 2), 0.01)
+    grid = mu + LOG_S_GRID
+    # h(z; s) = E[AR(s (Z - q)) | Z >= z]: reverse cumulative means over the histogram.
+    ar = _ar(np.exp(grid)[:, None] * (zc[None, :] - q_alpha))  # (grid, bins)
+    mass = np.cumsum(w[::-1])[::-1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        h = np.cumsum((ar * w)[:, ::-1], axis=1)[:, ::-1] / mass
+    h = np.where(mass > 0, h, 1.0)
+    reach = h >= target
+    first = np.argmax(reach, axis=1)
+    first = np.where(reach.any(axis=1), first, Z_BINS - 1)
+    z_star = zc[first]
+    table = StopTable(
+        target=target,
+        log_s_grid=tuple(float(v) for v in grid),
+        z_star=tuple(float(v) for v in z_star),
+        offset=0.0,
+        slope=0.0,
+        scale_mu=mu,
+        scale_prec=1.0 / s_var,
+        sd_weight=sd_weight,
+        requests=requests,
+        simulated_acceptance=math.nan,
+        simulated_samples=math.nan,
+    )
+    return _calibrate(table, w, sw, q_alpha, min_samples, horizon, requests)
+
+
+def _calibrate(
+    table: StopTable,
+    w: np.ndarray,
+    sw: np.ndarray,
+    q_alpha: float,
+    min_samples: int,
+    horizon: int,
+    seed: int,
+) -> StopTable:
+    """Bisect the offset so that the simulated rule's mean acceptance equals the target."""
+    rng = np.random.default_rng([seed, 7])
+    r, t = SIM_STREAMS, horizon
+    zw = (Z_HI - Z_LO) / Z_BINS
+    z = Z_LO + zw * (rng.choice(Z_BINS, size=(r, t), p=w) + rng.random((r, t)))
+    sww = (S_HI - S_LO) / S_BINS
+    log_s = S_LO + sww * (rng.choice(S_BINS, size=r, p=sw) + rng.random(r))
+    x = np.exp(log_s)[:, None] * z
+    kappa = np.exp(log_s) * q_alpha
+    n = np.arange(1, t + 1, dtype=np.float64)
+    csum = np.cumsum(x, axis=1)
+    mean = csum / n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = (np.cumsum(x * x, axis=1) - n * mean * mean) / (n - 1)
+    sd = np.sqrt(np.maximum(var, 0.0))
+    wt = table.sd_weight * (n - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_sd = np.where(sd > 0, np.log(sd), table.scale_mu)
+    post = (table.scale_prec * table.scale_mu + wt * log_sd) / (table.scale_prec + wt)
+    best = np.maximum.accumulate(x, axis=1)
+    z_star = np.interp(post, table.log_s_grid, table.z_star)
+    base = (best - mean) / np.exp(post) - z_star
+    base[:, : max(min_samples, 2) - 1] = -np.inf
+    shrink = 1.0 / np.sqrt(np.maximum(n - 1.0, 1.0))
+    acc_at = _ar(best - kappa[:, None])
+    rows = np.arange(r)
+
+    def run(dmax: np.ndarray, offset: float) -> tuple[float, float]:
+        hit = dmax >= offset
+        stop = np.where(hit.any(axis=1), np.argmax(hit, axis=1), t - 1)
+        return float(acc_at[rows, stop].mean()), float(stop.mean() + 1)
+
+    best_choice = None
+    for slope in SLOPES:
+        dmax = np.maximum.accumulate(base - slope * shrink, axis=1)
+        lo, hi = -4.0, 4.0
+        for _ in range(16):
+            mid = 0.5 * (lo + hi)
+            if run(dmax, mid)[0] >= table.target:
+                hi = mid
+            else:
+                lo = mid
+        acc, samples = run(dmax, hi)
+        if best_choice is None or samples < best_choice[3]:
+            best_choice = (hi, slope, acc, samples)
+    hi, slope, acc, samples = best_choice
+    return StopTable(
+        **{
+            **table.__dict__,
+            "offset": hi,
+            "slope": slope,
+            "simulated_acceptance": acc,
+            "simulated_samples": samples,
+        }
+    )

@@ -1,0 +1,124 @@
+"""ShapePrior + PooledTargetAcceptance: learning across prompts, calibration, cold start."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from stoppers.replay.metrics import acceptance_rate
+from stoppers.robust.pooled_target import PooledTargetAcceptance
+from stoppers.robust.shape_prior import ShapePrior
+
+
+def _learned(prompts=40, samples=200, seed=0, df=None):
+    rng = np.random.default_rng(seed)
+    prior = ShapePrior()
+    for _ in range(prompts):
+        z = rng.standard_normal(samples) if df is None else rng.standard_t(df, samples)
+        prior.update(rng.normal(0, 2) + math.exp(rng.normal(0, 0.3)) * z)
+    return prior
+
+
+def test_update_learns_only_from_usable_requests():
+    prior = ShapePrior()
+    assert prior.update([1.0, 2.0]) is False  # too few
+    assert prior.update([1.0] * 10) is False  # no spread: no shape, no scale
+    assert prior.update([1.0, float("nan"), 2.0, 3.0, 4.0]) is False
+    assert prior.requests == 0 and prior.table(0.9, min_samples=8, horizon=50) is None
+    assert prior.update([0.1, 0.5, 0.2, 0.9, 0.3]) is True
+    assert prior.requests == 1 and prior.z_counts.sum() == 5 and prior.s_counts.sum() == 1
+
+
+def test_round_trip_is_json_safe_and_equivalent():
+    prior = _learned(prompts=5, samples=30)
+    data = json.loads(json.dumps(prior.to_dict()))
+    back = ShapePrior.from_dict(data)
+    np.testing.assert_array_equal(back.z_counts, prior.z_counts)
+    np.testing.assert_array_equal(back.s_counts, prior.s_counts)
+    assert back.requests == prior.requests
+    a = prior.table(0.9, min_samples=8, horizon=100)
+    b = back.table(0.9, min_samples=8, horizon=100)
+    assert a == b  # same evidence, same seeded calibration
+
+
+def test_table_matches_the_known_normal_threshold():
+    """With a learned normal shape, z_star at scale 1 is where E[AR | Z >= z] = t."""
+    prior = _learned(prompts=60, samples=400)
+    table = prior.table(0.9, min_samples=8, horizon=200)
+    from scipy import integrate, optimize, stats
+
+    q = stats.norm.ppf(0.99)
+
+    def h(z):
+        num = integrate.quad(lambda x: acceptance_rate(x - q, 0.0) * stats.norm.pdf(x), z, np.inf)[
+            0
+        ]
+        return num / stats.norm.sf(z)
+
+    exact = optimize.brentq(lambda z: h(z) - 0.9, 0.0, 4.0)
+    i = int(np.argmin(np.abs(np.asarray(table.log_s_grid))))
+    assert abs(table.log_s_grid[i]) < 0.2
+    assert table.z_star[i] == pytest.approx(exact, abs=0.15)
+    # the calibration hits the target in its own simulation
+    assert table.simulated_acceptance == pytest.approx(0.9, abs=0.01)
+
+
+def test_tables_are_cached_and_rebuilt_as_evidence_grows():
+    prior = _learned(prompts=20, samples=50)
+    first = prior.table(0.8, min_samples=8, horizon=100)
+    assert prior.table(0.8, min_samples=8, horizon=100) is first
+    rng = np.random.default_rng(9)
+    for _ in range(5):
+        prior.update(rng.standard_normal(50))
+    assert prior.table(0.8, min_samples=8, horizon=100) is first  # 25 < 1.5 x 20
+    for _ in range(5):
+        prior.update(rng.standard_normal(50))
+    assert prior.table(0.8, min_samples=8, horizon=100) is not first
+
+
+def test_cold_start_delegates_then_hands_over():
+    prior = _learned(prompts=3, samples=50)
+    cold = PooledTargetAcceptance(0.9, prior=prior, max_samples=100, cold_start=5)
+    assert cold.cold
+    warm = PooledTargetAcceptance(0.9, prior=_learned(prompts=6), max_samples=100, cold_start=5)
+    assert not warm.cold
+    assert PooledTargetAcceptance(0.9, prior=None, max_samples=100).cold
+
+
+def test_delivers_the_target_on_fresh_prompts():
+    """Learned on one set of normal prompts, the policy delivers ~t on new ones, and fewer
+    samples at a lower target."""
+    prior = _learned(prompts=60, samples=300)
+    rng = np.random.default_rng(5)
+    results = {}
+    for target in (0.8, 0.95):
+        acc, used = [], []
+        for _ in range(300):
+            loc, scale = rng.normal(0, 2), math.exp(rng.normal(0, 0.3))
+            pool = loc + scale * rng.standard_normal(960)
+            kappa = np.quantile(pool, 0.99, method="inverted_cdf")
+            policy = PooledTargetAcceptance(target, prior=prior, max_samples=960)
+            for v in pool:
+                if policy.observe(float(v)):
+                    break
+            acc.append(float(acceptance_rate(policy.best, kappa)))
+            used.append(policy.n)
+        results[target] = (np.mean(acc), np.mean(used))
+    assert results[0.8][0] == pytest.approx(0.8, abs=0.03)
+    assert results[0.95][0] == pytest.approx(0.95, abs=0.03)
+    assert results[0.8][1] < results[0.95][1]
+
+
+def test_validation_and_min_samples():
+    with pytest.raises(ValueError):
+        PooledTargetAcceptance(0.0)
+    with pytest.raises(ValueError):
+        PooledTargetAcceptance(0.9, alpha=1.0)
+    policy = PooledTargetAcceptance(0.5, prior=_learned(prompts=25), min_samples=6, max_samples=50)
+    stops = [policy.observe(v) for v in [0.0, 0.1, 0.2, 0.3, 100.0]]
+    assert not any(stops) and policy.n == 5  # never before min_samples
+    assert policy.observe(0.0) and policy.stop_reason == "target"
+    assert policy.threshold is not None
