@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from reward.auth import worker_auth
 from reward.base import RewardError, RewardInputError
 from reward.local import LocalRewardBackend
 from reward.metrics import RewardMetrics
@@ -93,7 +94,7 @@ def create_app(
             await asyncio.gather(loader, return_exceptions=True)
             await backend.aclose()
 
-    app = FastAPI(title="pandora reward worker", lifespan=lifespan)
+    app = FastAPI(title="pandora reward worker", lifespan=lifespan, **worker_auth(settings.api_key))
     app.state.backend = backend
     app.state.metrics = metrics
 

@@ -28,6 +28,7 @@ _FIELDS = (
     "served_model_name",
     "host",
     "port",
+    "api_key",
 )
 
 
@@ -64,6 +65,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--served-model-name", help="name reported as `model` in responses")
     parser.add_argument("--host", help="bind address (0.0.0.0)")
     parser.add_argument("--port", type=int, help="port (8081)")
+    parser.add_argument(
+        "--api-key",
+        action="append",
+        help="key clients must send as 'Authorization: Bearer <key>' (repeatable; "
+        "env PANDORA_REWARD_API_KEY, comma-separated); /health and /metrics stay open",
+    )
     parser.add_argument("--log-level", default="info", help="uvicorn log level (info)")
     parser.set_defaults(func=run)
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["WorkerSettings"]
 
@@ -28,6 +28,18 @@ class WorkerSettings(BaseSettings):
     served_model_name: str | None = Field(None, description="Name reported as `model`.")
     host: str = "0.0.0.0"
     port: int = Field(8081, ge=0, le=65535)
+    api_key: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="Keys clients must send as 'Authorization: Bearer <key>' (repeatable; env: "
+        "comma-separated). /health and /metrics stay open.",
+    )
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
 
     @property
     def model_name(self) -> str:

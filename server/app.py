@@ -72,6 +72,7 @@ def _default_reward(settings: Settings) -> RewardBackend:
         url=settings.reward_url,
         model=settings.reward_model,
         timeout=settings.reward_timeout,
+        api_key=settings.reward_api_key.get_secret_value() if settings.reward_api_key else None,
         device=settings.device,
     )
 

@@ -51,6 +51,9 @@ class Settings(BaseSettings):
         None, description="worker|vllm|local (default: worker if --reward-url else local)"
     )
     reward_url: str | None = Field(None, description="reward worker or vLLM pooling base URL")
+    reward_api_key: SecretStr | None = Field(
+        None, description="Bearer key sent to the reward worker / vLLM pooling server"
+    )
     reward_model: str = Field(DEFAULT_REWARD_MODEL, description="reward model name or path")
     generator_model: str = Field(
         DEFAULT_GENERATOR_MODEL, description="in-process generator (only without --upstream-url)"

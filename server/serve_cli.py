@@ -33,6 +33,7 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "worker|vllm|local (default: worker with --reward-url, else local)",
     ),
     ("reward_url", "value", "reward worker / vLLM pooling server base URL"),
+    ("reward_api_key", "value", "API key sent to the reward worker / vLLM pooling server"),
     ("reward_model", "value", "reward model (hub name or local path)"),
     ("generator_model", "value", "in-process generator (hub name or local path)"),
     ("device", "value", "device for in-process models: auto|cpu|cuda"),
