@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
@@ -16,10 +15,15 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import ValidationError
+from pydantic_core import to_json
 
 from reward.auth import worker_auth
 from reward.base import RewardError, RewardInputError
+from reward.fast_path import PATH as FAST_PATH
+from reward.fast_path import RewardsFastPath
 from reward.local import LocalRewardBackend
 from reward.metrics import RewardMetrics
 from reward.protocol import ErrorBody, ErrorResponse, RewardRequest, RewardResponse
@@ -36,10 +40,13 @@ logger = logging.getLogger(__name__)
 _INVALID = "invalid_request_error"
 
 
-class _HTTPError(Exception):
-    def __init__(self, status: int, message: str, type_: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param = status, message, type_, param
+# (HTTP status, JSON body) of an answer to POST /v1/rewards
+Answer = tuple[int, bytes]
+
+
+def _response(answer: Answer) -> Response:
+    status, payload = answer
+    return Response(payload, status_code=status, media_type="application/json")
 
 
 def _error(status: int, message: str, type_: str, param: str | None = None) -> JSONResponse:
@@ -98,10 +105,14 @@ def create_app(
     app.state.backend = backend
     app.state.metrics = metrics
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        metrics.errors.labels(kind="invalid").inc()
-        first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
+    def error(status: int, message: str, type_: str, param: str | None = None) -> Answer:
+        metrics.errors.labels(kind="invalid" if status < 500 else "request").inc()
+        body = {"error": {"message": message, "type": type_, "param": param, "code": None}}
+        return status, to_json(body)
+
+    def invalid(errors: list[Any]) -> Answer:
+        """422 naming the first thing wrong, for FastAPI's and pydantic's error lists alike."""
+        first: dict[str, Any] = errors[0] if errors else {}
         location = [str(part) for part in first.get("loc", ()) if part != "body"]
         param = ".".join(location) or None
         message = first.get("msg", "invalid request")
@@ -112,12 +123,48 @@ def create_app(
             param = None
         elif param:
             message = f"{param}: {message}"
-        return _error(422, message, "invalid_request_error", param)
+        return error(422, message, _INVALID, param)
 
-    @app.exception_handler(_HTTPError)
-    async def http_error(request: Request, exc: _HTTPError) -> JSONResponse:
-        metrics.errors.labels(kind="invalid" if exc.status < 500 else "request").inc()
-        return _error(exc.status, exc.message, exc.type, exc.param)
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        return _response(invalid(list(exc.errors())))
+
+    async def answer(body: RewardRequest) -> Answer:
+        if not body.messages:
+            return error(400, "messages must not be empty", _INVALID, "messages")
+        if not body.responses:
+            return error(400, "responses must not be empty", _INVALID, "responses")
+        if len(body.responses) > settings.max_responses:
+            message = (
+                f"at most {settings.max_responses} responses per request, got {len(body.responses)}"
+            )
+            return error(400, message, _INVALID, "responses")
+        if not backend.loaded:
+            return error(503, "reward model is not loaded yet", "service_unavailable")
+        messages = [message.model_dump(exclude_none=True) for message in body.messages]
+        try:
+            result = await backend.score_detailed(messages, body.responses)
+        except RewardInputError as exc:
+            return error(400, str(exc), _INVALID, "messages")
+        except RewardError as exc:
+            return error(500, str(exc), "server_error")
+        metrics.truncated.inc(sum(result.truncated))
+        # Serialised directly in RewardResponse's shape (which documents it in the schema):
+        # skips FastAPI's validate-then-encode of the return value, per-request hot-path cost.
+        scored = {
+            "model": settings.model_name,
+            "scores": result.scores,
+            "truncated": result.truncated,
+            "usage": {"prompt_tokens": result.prompt_tokens},
+        }
+        return 200, to_json(scored)
+
+    async def answer_raw(raw: bytes) -> Answer:
+        try:
+            body = RewardRequest.model_validate_json(raw)
+        except ValidationError as exc:
+            return invalid(exc.errors())
+        return await answer(body)
 
     @app.get("/health")
     async def health() -> Response:
@@ -139,36 +186,15 @@ def create_app(
         responses={400: {"model": ErrorResponse}, 500: {"model": ErrorResponse}},
     )
     async def rewards(body: RewardRequest) -> Response:
-        if not body.messages:
-            raise _HTTPError(400, "messages must not be empty", _INVALID, "messages")
-        if not body.responses:
-            raise _HTTPError(400, "responses must not be empty", _INVALID, "responses")
-        if len(body.responses) > settings.max_responses:
-            raise _HTTPError(
-                400,
-                f"at most {settings.max_responses} responses per request, got "
-                f"{len(body.responses)}",
-                "invalid_request_error",
-                "responses",
-            )
-        if not backend.loaded:
-            raise _HTTPError(503, "reward model is not loaded yet", "service_unavailable")
-        messages = [message.model_dump(exclude_none=True) for message in body.messages]
-        try:
-            result = await backend.score_detailed(messages, body.responses)
-        except RewardInputError as exc:
-            raise _HTTPError(400, str(exc), "invalid_request_error", "messages") from exc
-        except RewardError as exc:
-            raise _HTTPError(500, str(exc), "server_error") from exc
-        metrics.truncated.inc(sum(result.truncated))
-        # Serialised directly in RewardResponse's shape (which documents it in the schema):
-        # skips FastAPI's validate-then-encode of the return value, per-request hot-path cost.
-        body = {
-            "model": settings.model_name,
-            "scores": result.scores,
-            "truncated": result.truncated,
-            "usage": {"prompt_tokens": result.prompt_tokens},
-        }
-        return Response(json.dumps(body).encode(), media_type="application/json")
+        return _response(await answer(body))
 
+    def route_is_plain() -> bool:
+        # A route dependency (an auth check, say) must run: FastAPI serves such a route itself.
+        return not any(
+            route.dependant.dependencies
+            for route in app.routes
+            if isinstance(route, APIRoute) and route.path == FAST_PATH
+        )
+
+    app.add_middleware(RewardsFastPath, handle=answer_raw, enabled=route_is_plain)
     return app
