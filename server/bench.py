@@ -238,6 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller counts (~30 s)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per figure")
     parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["off", "adaptive"],
+        default=["off", "adaptive"],
+        help="gateway modes to measure (default: both)",
+    )
+    parser.add_argument(
         "--max-seconds", type=float, default=8.0, help="time cap per measured run (bounded)"
     )
     args = parser.parse_args(argv)
@@ -255,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         up_port = int(upstream.stdout.readline())
         url = f"http://127.0.0.1:{up_port}/v1"
         gateways = {}
-        for mode in ("off", "adaptive"):
+        for mode in args.modes:
             port = free_port()
             processes.append(
                 spawn(

@@ -135,6 +135,16 @@ class GatewayMetrics:
             "pandora_inflight_candidates", "Upstream generations in flight", registry=registry
         )
         self._precreate()
+        # Children for every known (mode, status): ``labels()`` costs more than the update
+        # itself, and request_finished runs once per request (also in mode off).
+        self._finished = {
+            (mode, int(status)): (
+                self.requests.labels(mode=mode, status=status),
+                self.request_duration.labels(mode=mode),
+            )
+            for mode in REQUEST_MODES
+            for status in STATUSES
+        }
 
     def _precreate(self) -> None:
         for mode in REQUEST_MODES:
@@ -153,6 +163,11 @@ class GatewayMetrics:
 
     # -- recording helpers (label values clamped to the fixed sets) ---------------------------
     def request_finished(self, mode: str, status: int, seconds: float) -> None:
+        children = self._finished.get((mode, status))
+        if children is not None:
+            children[0].inc()
+            children[1].observe(seconds)
+            return
         mode = _fixed(mode, REQUEST_MODES)
         code = str(status)
         self.requests.labels(mode=mode, status=code if code in STATUSES else "other").inc()

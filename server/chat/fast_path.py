@@ -10,10 +10,9 @@ on to FastAPI unchanged. Unexpected exceptions still reach Starlette's ServerErr
 from __future__ import annotations
 
 from fastapi.responses import JSONResponse
-from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.chat.serving import create_chat_completion
+from server.chat.serving import handle_chat
 from server.errors import GatewayError
 
 __all__ = ["ChatFastPath"]
@@ -29,9 +28,8 @@ class ChatFastPath:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        request = Request(scope, receive, send)
         try:
-            response = await create_chat_completion(request, request.app.state.gateway)
+            response = await handle_chat(scope["app"].state.gateway, scope, receive)
         except GatewayError as error:
             response = JSONResponse(error.to_dict(), status_code=error.status_code)
         await response(scope, receive, send)

@@ -8,19 +8,23 @@ finish long after the handler returned, and for clients that hang up).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
+import os
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any, TypeVar
 
 import httpx
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
 
 from server.auth import check_api_key
 from server.chat.protocol import (
@@ -37,27 +41,33 @@ from server.sse import DONE, KEEPALIVE, EventStreamResponse, sse_data
 from server.state import GatewayState
 from server.upstream import UpstreamFailure
 
-__all__ = ["create_chat_completion", "request_id_for"]
+__all__ = ["create_chat_completion", "handle_chat", "request_id_for"]
 
 T = TypeVar("T")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 LONE_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # cheap pre-filter
 CLIENT_CLOSED = 499  # nginx's convention; the client never sees it
+NO_HEADERS: Mapping[str, str] = {}  # no X-Pandora-* header was sent
 
 
 class ClientGone(Exception):
     """The client disconnected before its answer was ready."""
 
 
-def request_id_for(request: Request) -> str:
-    given = request.headers.get("x-request-id")
+def _valid_request_id(given: str | None) -> str:
     if given and REQUEST_ID.fullmatch(given):
         return given
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # as unique as uuid4().hex, at a tenth of its cost
+
+
+def request_id_for(request: Request) -> str:
+    return _valid_request_id(request.headers.get("x-request-id"))
 
 
 class RequestRecord:
     """Per-request metrics bookkeeping, finished exactly once."""
+
+    __slots__ = ("_finished", "metrics", "mode", "started")
 
     def __init__(self, metrics: GatewayMetrics) -> None:
         self.metrics = metrics
@@ -74,23 +84,93 @@ class RequestRecord:
         self.metrics.request_finished(self.mode, status, time.perf_counter() - self.started)
 
 
-async def create_chat_completion(request: Request, state: GatewayState) -> Response:
+class RawResponse:
+    """A complete response with precomputed raw headers: what Starlette's ``Response`` sends,
+    without rebuilding and re-validating its header list on every proxied request."""
+
+    __slots__ = ("body", "raw_headers", "status_code")
+
+    def __init__(
+        self, body: bytes, status_code: int, media_type: str, headers: Mapping[str, str]
+    ) -> None:
+        self.body = body
+        self.status_code = status_code
+        self.raw_headers = [
+            (b"content-length", str(len(body)).encode()),
+            (b"content-type", media_type.encode("latin-1")),
+            *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        await send({"type": "http.response.body", "body": self.body})
+
+
+def _scan_headers(scope: Scope) -> tuple[str | None, bool]:
+    """One pass over the raw headers: the client's X-Request-Id, and whether any X-Pandora-*
+    header was sent (only then is a case-insensitive header map worth building)."""
+    request_id = None
+    pandora = False
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            if request_id is None:
+                request_id = value.decode("latin-1")
+        elif name[:10] == b"x-pandora-":
+            pandora = True
+    return request_id, pandora
+
+
+async def _read_body(receive: Receive) -> bytes:
+    message = await receive()
+    if message["type"] != "http.request":
+        raise ClientDisconnect()
+    body = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    chunks = [body]
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def create_chat_completion(request: Request, state: GatewayState) -> Response | RawResponse:
+    """The schema route's entry; the fast path (``server.chat.fast_path``) calls
+    :func:`handle_chat` with the same ASGI scope and receive."""
+    return await handle_chat(state, request.scope, request.receive)
+
+
+async def handle_chat(
+    state: GatewayState, scope: Scope, receive: Receive
+) -> Response | RawResponse:
+    """Answer one ``POST /v1/chat/completions`` (the body not yet read) with a response to send."""
     record = RequestRecord(state.metrics)
-    request_id = request_id_for(request)
-    headers = {"X-Request-Id": request_id}
+    given_id, pandora_headers = _scan_headers(scope)
+    headers = {"X-Request-Id": _valid_request_id(given_id)}
     try:
-        check_api_key(request)  # inside the record, so rejected keys count as status 401
-        raw_bytes = await request.body()
+        if scope["app"].state.api_keys:  # inside the record, so rejected keys count as 401
+            check_api_key(Request(scope))
+        raw_bytes = await _read_body(receive)
         data = _parse_json(raw_bytes)
         chat = _validate(data)
-        plan = resolve_plan(request.headers, data.get("pandora"), state.settings, n=chat.n)
+        plan = resolve_plan(
+            Headers(scope=scope) if pandora_headers else NO_HEADERS,
+            data.get("pandora"),
+            state.settings,
+            n=chat.n,
+        )
         record.mode = plan.mode
         headers["X-Pandora-Mode"] = plan.mode
         if plan.mode == "off":
-            return await _passthrough(request, state, record, raw_bytes, data, chat, headers)
+            return await _passthrough(receive, state, record, raw_bytes, data, chat, headers)
         if chat.stream:
-            return await _sample_streaming(request, state, record, data, chat, plan, headers)
-        outcome = await _until_disconnect(request, _run_sampler(state, data, chat, plan))
+            return await _sample_streaming(receive, state, record, data, chat, plan, headers)
+        outcome = await _until_disconnect(receive, _run_sampler(state, data, chat, plan))
         _record_outcome(state, plan, outcome)
         body = completion_body(
             outcome, completion_id=_completion_id(), model=chat.model, mode=plan.mode
@@ -120,12 +200,16 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON value")
 
 
+_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
+
+
 def _parse_json(raw: bytes) -> dict[str, Any]:
     """Strict JSON: Python's parser also takes NaN/Infinity (and 1e400 as inf), which no
     upstream accepts and which cannot be re-encoded; deep nesting exhausts the recursion limit.
     Both are the client's error (400), never a 500."""
     try:
-        data = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
+        # json.loads(raw, ...) would build a new decoder per call; decode as it does
+        data = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except UnicodeDecodeError:
         raise InvalidRequestError("request body is not valid UTF-8") from None
     except ValueError as exc:
@@ -192,7 +276,7 @@ def _record_outcome(state: GatewayState, plan: SamplingPlan, outcome: SamplingOu
 
 
 async def _sample_streaming(
-    request: Request,
+    receive: Receive,
     state: GatewayState,
     record: RequestRecord,
     data: dict[str, Any],
@@ -205,7 +289,7 @@ async def _sample_streaming(
     task = asyncio.create_task(_run_sampler(state, data, chat, plan))
     keepalive = state.settings.keepalive_interval
     try:
-        await _until_disconnect(request, asyncio.wait({task}, timeout=keepalive))
+        await _until_disconnect(receive, asyncio.wait({task}, timeout=keepalive))
     except BaseException:
         await _cancel(task)
         raise
@@ -249,20 +333,20 @@ async def _sample_streaming(
 
 # -- mode off: a plain proxy --------------------------------------------------------------------
 async def _passthrough(
-    request: Request,
+    receive: Receive,
     state: GatewayState,
     record: RequestRecord,
     raw_bytes: bytes,
     data: dict[str, Any],
     chat: ChatCompletionRequest,
     headers: dict[str, str],
-) -> Response:
+) -> RawResponse | EventStreamResponse:
     upstream = state.upstream
     if "pandora" in data:
         raw_bytes = json.dumps({k: v for k, v in data.items() if k != "pandora"}).encode()
     try:
         response = await _until_disconnect(
-            request, upstream.passthrough(raw_bytes, stream=chat.stream), discard=_close_response
+            receive, upstream.passthrough(raw_bytes, stream=chat.stream), discard=_close_response
         )
     except UpstreamFailure as failure:
         state.metrics.upstream_error(failure.kind)
@@ -273,9 +357,7 @@ async def _passthrough(
         content = upstream.redact(await response.aread())  # no upstream key echoed back
         await response.aclose()
         record.finish(response.status_code)
-        return Response(
-            content, status_code=response.status_code, media_type=media_type, headers=headers
-        )
+        return RawResponse(content, response.status_code, media_type, headers)
 
     async def relay() -> AsyncIterator[bytes]:
         status = CLIENT_CLOSED
@@ -298,32 +380,42 @@ async def _close_response(response: httpx.Response) -> None:
 
 
 # -- cancellation helpers -----------------------------------------------------------------------
-async def _until_disconnect(request: Request, work: Awaitable[T], *, discard=None) -> T:
+async def _until_disconnect(receive: Receive, work: Awaitable[T], *, discard=None) -> T:
     """Await ``work`` unless the client disconnects first; then cancel it and raise ClientGone.
 
-    (vLLM's ``with_cancellation``: nothing keeps running for a client that left.)
+    (vLLM's ``with_cancellation``: nothing keeps running for a client that left.) The work runs
+    in the request's own task; one watcher task waits for ``http.disconnect`` and cancels it,
+    which costs less than running the work in a task of its own and waiting on both.
     """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.create_task(_wait_disconnect(request))
+    current = asyncio.current_task()
+    assert current is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        current.cancel()
+
+    watcher = asyncio.create_task(watch())
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        result = await work
+    except BaseException:
+        if not gone:
+            raise  # not the watcher's doing (e.g. server shutdown): not ours to absorb
+        current.uncancel()  # the work may have turned the cancellation into its own error
+        raise ClientGone() from None
     finally:
         watcher.cancel()
-        if not task.done():
-            await _cancel(task)
-        await asyncio.gather(watcher, return_exceptions=True)
-    if watcher.done() and not watcher.cancelled() and watcher.exception() is None:
-        if discard is not None and not task.cancelled() and task.exception() is None:
-            await discard(task.result())
+    if gone:  # the work swallowed the cancellation, or finished just before it landed
+        current.uncancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)  # a cancellation still pending is delivered (and dropped) here
+        if discard is not None:
+            await discard(result)
         raise ClientGone()
-    return task.result()
-
-
-async def _wait_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
+    return result
 
 
 async def _cancel(task: asyncio.Future[Any]) -> None:
