@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from reward.base import RewardBackend
 from server.body_limit import BodyLimitMiddleware
 from server.chat.api_router import router as chat_router
-from server.chat.fast_path import ChatFastPath
+from server.chat.fast_path import install_fast_path
 from server.config import Settings
 from server.errors import GatewayError, InvalidRequestError
 from server.lean_http import LeanPool
@@ -162,8 +162,8 @@ def create_app(
     app.state.priors = priors
     app.include_router(chat_router)
     app.include_router(ops_router)
-    app.add_middleware(ChatFastPath)  # inside the body limit (added after: outermost)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    install_fast_path(app)  # the chat endpoint bypasses the stack (enforcing the limit itself)
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:

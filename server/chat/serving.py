@@ -34,7 +34,13 @@ from server.chat.protocol import (
     completion_chunks,
 )
 from server.control import SamplingPlan, resolve_plan
-from server.errors import GatewayError, InvalidRequestError, NoCandidateError, UpstreamTimeoutError
+from server.errors import (
+    GatewayError,
+    InvalidRequestError,
+    NoCandidateError,
+    PayloadTooLargeError,
+    UpstreamTimeoutError,
+)
 from server.metrics import GatewayMetrics
 from server.sampling import SamplingOutcome
 from server.sse import DONE, KEEPALIVE, EventStreamResponse, sse_data
@@ -108,33 +114,53 @@ class RawResponse:
         await send({"type": "http.response.body", "body": self.body})
 
 
-def _scan_headers(scope: Scope) -> tuple[str | None, bool]:
-    """One pass over the raw headers: the client's X-Request-Id, and whether any X-Pandora-*
-    header was sent (only then is a case-insensitive header map worth building)."""
+def _scan_headers(scope: Scope) -> tuple[str | None, bool, int]:
+    """One pass over the raw headers: the client's X-Request-Id, whether any X-Pandora-*
+    header was sent (only then is a case-insensitive header map worth building) and the
+    declared Content-Length (-1 if none or unreadable)."""
     request_id = None
     pandora = False
+    length = -1
     for name, value in scope["headers"]:
         if name == b"x-request-id":
             if request_id is None:
                 request_id = value.decode("latin-1")
         elif name[:10] == b"x-pandora-":
             pandora = True
-    return request_id, pandora
+        elif name == b"content-length":
+            with contextlib.suppress(ValueError):
+                length = max(length, int(value))
+    return request_id, pandora, length
 
 
-async def _read_body(receive: Receive) -> bytes:
+def _too_large(limit: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"request body exceeds the limit of {limit} bytes", code="body_too_large"
+    )
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    """The whole body, refused with a 413 past ``limit`` bytes (also when it arrives chunked,
+    with no Content-Length), so an oversized body is never buffered whole."""
     message = await receive()
     if message["type"] != "http.request":
         raise ClientDisconnect()
     body = message.get("body", b"")
+    if len(body) > limit:
+        raise _too_large(limit)
     if not message.get("more_body", False):
         return body
     chunks = [body]
+    size = len(body)
     while True:
         message = await receive()
         if message["type"] != "http.request":
             raise ClientDisconnect()
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
@@ -150,12 +176,15 @@ async def handle_chat(
 ) -> Response | RawResponse:
     """Answer one ``POST /v1/chat/completions`` (the body not yet read) with a response to send."""
     record = RequestRecord(state.metrics)
-    given_id, pandora_headers = _scan_headers(scope)
+    given_id, pandora_headers, declared_length = _scan_headers(scope)
     headers = {"X-Request-Id": _valid_request_id(given_id)}
+    limit = state.settings.max_body_bytes
     try:
+        if declared_length > limit:
+            raise _too_large(limit)
         if scope["app"].state.api_keys:  # inside the record, so rejected keys count as 401
             check_api_key(Request(scope))
-        raw_bytes = await _read_body(receive)
+        raw_bytes = await _read_body(receive, limit)
         data = _parse_json(raw_bytes)
         chat = _validate(data)
         plan = resolve_plan(
