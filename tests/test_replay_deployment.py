@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -139,3 +141,24 @@ def test_rejects_bad_input():
         replay_deployment(
             np.zeros((2, 3)), lambda _: TargetAcceptance(0.9), None, orderings=0, seed=0
         )
+
+
+def test_cli_deployment_switch_matches_the_engine_for_a_policy_that_learns_nothing(tmp_path):
+    from server.cli import main
+
+    pool = tmp_path / "p.npz"
+    assert main(["synth", str(pool), "--prompts", "8", "--samples", "60", "--seed", "1"]) == 0
+    common = ["--experiment", "savings", "--targets", "0.8", "--permutations", "3", "--quiet"]
+    common += ["--no-figures", "--jobs", "1", "--target-policy", "target"]
+    assert main(["replay", str(pool), *common, "--out", str(tmp_path / "a")]) == 0
+    assert main(["replay", str(pool), *common, "--deployment", "--out", str(tmp_path / "b")]) == 0
+    a = json.loads((tmp_path / "a" / "results.json").read_text())["savings"][0]
+    b = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert b["meta"]["engine"] == "deployment"
+    assert b["savings"][0]["achieved_acceptance"] == pytest.approx(a["achieved_acceptance"])
+    assert b["savings"][0]["save_ratio"] == pytest.approx(a["save_ratio"])
+    # a learning policy gets its prior, and the warm-only rows are reported
+    args = [*common[:-1], "pooled-target", "--deployment", "--warm-after", "4"]
+    assert main(["replay", str(pool), *args, "--out", str(tmp_path / "c")]) == 0
+    c = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert c["savings_warm"][0]["achieved_acceptance"] is not None

@@ -19,7 +19,7 @@ DEFAULT_PROFIT_COSTS = (0.002, 0.001, 0.0004, 0.0002)
 DEFAULT_WINRATE_COSTS = tuple(float(f"{c:.3g}") for c in np.logspace(-5, -3, 9))
 DEFAULT_TARGETS = tuple(round(0.6 + 0.05 * i, 2) for i in range(9))
 POLICIES = ("adaptive", "target", "ucb-exp", "beacon", "patience", "tail-cost")
-TARGET_POLICIES = ("target", "tail-target")
+TARGET_POLICIES = ("target", "tail-target", "pooled-target")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -132,6 +132,20 @@ def _register_replay(subparsers) -> None:
         action="store_true",
         help="use the per-object observe loop even where a vectorised path exists",
     )
+    p.add_argument(
+        "--deployment",
+        action="store_true",
+        help="sequential replay: each ordering is one deployment serving the prompts in a random "
+        "order, with one deployment prior the policy learns from (profit and savings only; "
+        "see stoppers/replay/deployment.py)",
+    )
+    p.add_argument(
+        "--warm-after",
+        type=_positive_int,
+        default=0,
+        help="with --deployment: also report the experiments on the prompts served after the "
+        "prior had learned from this many requests",
+    )
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     p.set_defaults(func=run_replay_command)
@@ -213,7 +227,12 @@ def run_replay_command(args: argparse.Namespace) -> int:
 
     try:
         request = ReplayRequest.from_args(args)
-        results, written = replay(request)
+        if args.deployment:
+            from stoppers.replay.deployment_run import run_deployment_request
+
+            results, written = run_deployment_request(request, warm_after=args.warm_after)
+        else:
+            results, written = replay(request)
     except ReplayInputError as exc:
         return _fail("replay", str(exc))
     except ValueError as exc:

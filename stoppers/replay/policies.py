@@ -162,6 +162,9 @@ _CHOICES = {
     "tail-target": PolicyChoice(
         "tail-target", "stoppers.robust.target:TailTargetAcceptance", "target"
     ),
+    "pooled-target": PolicyChoice(
+        "pooled-target", "stoppers.robust.pooled_target:PooledTargetAcceptance", "target"
+    ),
     "ucb-exp": PolicyChoice("ucb-exp", "stoppers.weitzman:UCBExponential", "cost"),
     "beacon": PolicyChoice("beacon", "stoppers.beacon:Beacon", "cost"),
     "patience": PolicyChoice(
