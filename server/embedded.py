@@ -29,6 +29,12 @@ from urllib.parse import urlsplit
 import httpx
 
 from server.config import DEFAULT_GENERATOR_MODEL, DEFAULT_REWARD_MODEL, Settings
+from server.embedded_request import (
+    EmbeddedRequestError,
+    StopMatcher,
+    check_supported,
+    stop_strings,
+)
 
 __all__ = [
     "EmbeddedLoadError",
@@ -85,7 +91,8 @@ class LocalGenerator:
         on_text: Callable[[str], None],
         cancelled: threading.Event,
     ) -> GenerationResult:
-        """Blocking: sample one reply to ``body`` (OpenAI fields); ``on_text`` gets each piece."""
+        """Blocking: sample one reply to ``body`` (OpenAI fields, checked by
+        :func:`server.embedded_request.check_supported`); ``on_text`` gets each piece."""
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
         from transformers.generation.streamers import BaseStreamer
@@ -95,7 +102,10 @@ class LocalGenerator:
             for m in body.get("messages", [])
         ]
         prompt = self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
+            messages,
+            tokenize=False,
+            add_generation_prompt=True,
+            **(body.get("chat_template_kwargs") or {}),
         )
         inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
         inputs = {k: v.to(self.model.device) for k, v in inputs.items()}
@@ -111,34 +121,51 @@ class LocalGenerator:
             options["temperature"] = temperature
             if body.get("top_p") is not None:
                 options["top_p"] = float(body["top_p"])
-            if body.get("top_k") is not None:
+            if body.get("top_k") is not None and int(body["top_k"]) > 0:  # vLLM: -1/0 = off
                 options["top_k"] = int(body["top_k"])
+            if body.get("min_p"):
+                options["min_p"] = float(body["min_p"])
+        if body.get("repetition_penalty") is not None:
+            options["repetition_penalty"] = float(body["repetition_penalty"])
         tokenizer = self.tokenizer
+        matcher = StopMatcher(stop_strings(body))
 
         class Streamer(BaseStreamer):
             def __init__(self) -> None:
                 self.ids: list[int] = []
                 self.sent = ""
                 self.first = True
+                self.stopped = False  # a stop string was generated: nothing more is sent
 
             def put(self, value: Any) -> None:
                 if self.first:  # the prompt
                     self.first = False
                     return
+                if self.stopped:
+                    return
                 self.ids.extend(int(t) for t in value.reshape(-1).tolist())
                 text = tokenizer.decode(self.ids, skip_special_tokens=True)
-                if len(text) > len(self.sent) and not text.endswith("\ufffd"):
+                if text.endswith("\ufffd"):  # half a character: wait for the rest
+                    return
+                self._send(*matcher.cut(text))
+
+            def _send(self, text: str, stopped: bool) -> None:
+                if len(text) > len(self.sent):
                     on_text(text[len(self.sent) :])
                     self.sent = text
+                self.stopped = stopped
 
             def end(self) -> None:
-                pass
+                if self.stopped or not self.ids:
+                    return
+                text = tokenizer.decode(self.ids, skip_special_tokens=True)
+                self._send(text, False)  # what was held back as a possible stop prefix
 
         class Cancelled(StoppingCriteria):
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
                 return torch.full(
                     (input_ids.shape[0],),
-                    cancelled.is_set(),
+                    cancelled.is_set() or streamer.stopped,
                     dtype=torch.bool,
                     device=input_ids.device,
                 )
@@ -155,7 +182,7 @@ class LocalGenerator:
                 pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
             )
         completion = int(output.shape[1]) - prompt_tokens
-        reason = "length" if completion >= max_new else "stop"
+        reason = "length" if completion >= max_new and not streamer.stopped else "stop"
         return GenerationResult(reason, prompt_tokens, completion)
 
 
@@ -204,6 +231,10 @@ class LocalChatTransport(httpx.AsyncBaseTransport):
             return httpx.Response(200, json=data)
         if request.method == "POST" and path.endswith("/chat/completions"):
             body = json.loads(await request.aread())
+            try:
+                check_supported(body)
+            except EmbeddedRequestError as exc:
+                return httpx.Response(400, json=exc.to_dict())
             if body.get("stream"):
                 cancelled = threading.Event()
                 return httpx.Response(
