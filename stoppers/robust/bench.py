@@ -42,6 +42,26 @@ def observe_latency(make, n: int, repeats: int, seed: int = 0) -> np.ndarray:
     return out
 
 
+def _pooled_unreachable():
+    """PooledTargetAcceptance with a learned prior and its offset raised out of reach."""
+    import dataclasses
+
+    from stoppers.robust.pooled_target import PooledTargetAcceptance
+    from stoppers.robust.shape_prior import ShapePrior
+
+    rng = np.random.default_rng(1)
+    prior = ShapePrior()
+    for _ in range(30):
+        prior.update(rng.standard_t(3.0, 200))
+
+    def make():
+        policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=10_000, cold_start=1)
+        policy._table = dataclasses.replace(policy._table, offset=1e6)
+        return policy
+
+    return make
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000)
@@ -52,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         # A benchmark margin of 50 standard errors keeps kappa_hat out of reach: no early stop.
         "TailPandora": lambda: TailPandora(1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0),
         "TailTargetAcceptance": lambda: TailTargetAcceptance(1.0, max_samples=10_000, kappa_z=50.0),
+        "PooledTargetAcceptance": _pooled_unreachable(),
     }
     print(f"{'policy':24s} {'n':>5s} {'median_us':>10s} {'p99_us':>9s}")
     for name, make in makers.items():
