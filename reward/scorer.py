@@ -137,6 +137,10 @@ class RewardScorer:
         if model.config.pad_token_id is None:
             # Only silences transformers' "no padding token" refusal: we pick positions ourselves.
             model.config.pad_token_id = self._pad_id
+        if getattr(model.config, "use_cache", False):
+            model.config.use_cache = False  # one pass per sequence: a KV cache is pure overhead
+        # Whether right padding needs no attention mask (checked on the model, see below).
+        self._padding_is_invisible = self._probe_padding_is_invisible()
 
     @classmethod
     def from_pretrained(
@@ -238,25 +242,65 @@ class RewardScorer:
         if min(lengths) == 0:
             raise ValueError("cannot score an empty token sequence")
         width = max(lengths)
-        input_ids = torch.full((len(batch), width), self._pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, ids in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, : len(ids)] = 1
-        input_ids = input_ids.to(self.device)
-        attention_mask = attention_mask.to(self.device)
+        pad = [self._pad_id]
+        input_ids = torch.tensor(
+            [list(ids) + pad * (width - len(ids)) for ids in batch], device=self.device
+        )
         last = torch.tensor(lengths, device=self.device) - 1
-        rows = torch.arange(len(batch), device=self.device)
         if self._head is None or self._base is None:
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            attention_mask = torch.arange(width, device=self.device) <= last[:, None]
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask.long()).logits
         else:
-            hidden = self._base(input_ids=input_ids, attention_mask=attention_mask)
-            logits = self._head(hidden.last_hidden_state[rows, last])
+            hidden = self._hidden_states(input_ids, last)
+            logits = self._head(hidden[torch.arange(len(batch), device=self.device), last])
         scores = logits[:, self.label_index].float().cpu().tolist()
         bad = [score for score in scores if not math.isfinite(score)]
         if bad:
             raise FloatingPointError(f"reward model produced non-finite scores {bad[:3]}")
         return scores
+
+    def _hidden_states(self, input_ids: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+        """The base model's last hidden states for right-padded ``input_ids``.
+
+        With causal attention a token never sees the tokens after it, so right padding cannot
+        reach the real tokens and no padding mask is needed: without one, attention takes the
+        plain causal kernel instead of building and applying a per-batch mask (~30% of a
+        batched forward pass of a small model on CPU). Only where the probe at load showed it.
+        """
+        if self._padding_is_invisible:
+            return self._base(input_ids=input_ids).last_hidden_state
+        width = input_ids.shape[1]
+        attention_mask = torch.arange(width, device=self.device) <= last[:, None]
+        return self._base(
+            input_ids=input_ids, attention_mask=attention_mask.long()
+        ).last_hidden_state
+
+    @torch.inference_mode()
+    def _probe_padding_is_invisible(self) -> bool:
+        """Whether tokens appended after a sequence leave its last hidden state unchanged when no
+        attention mask is given, i.e. the model attends causally.
+
+        Checked on the loaded model rather than trusted from its architecture: the sequence alone
+        (mask of ones, as when it is scored alone) against the same sequence followed by other
+        tokens and no mask. A bidirectional model fails it and keeps its padding mask.
+        """
+        if self._head is None or self._base is None:
+            return False
+        try:
+            ids = self.encode([{"role": "user", "content": "Is 2 + 2 = 4?"}], "Yes, it is 4.").ids
+        except Exception:  # a template that refuses a plain dialogue: do not guess
+            return False
+        if self.torch_threads and torch.get_num_threads() != self.torch_threads:
+            torch.set_num_threads(self.torch_threads)
+        alone = torch.tensor([ids], device=self.device)
+        followed = torch.tensor([ids + ids[::-1]], device=self.device)
+        reference = self._base(input_ids=alone, attention_mask=torch.ones_like(alone))
+        reference = reference.last_hidden_state[0, len(ids) - 1].float()
+        unmasked = self._base(input_ids=followed).last_hidden_state[0, len(ids) - 1].float()
+        dtype = next(self.model.parameters()).dtype
+        tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+        drift = float((unmasked - reference).norm() / reference.norm().clamp_min(1e-12))
+        return drift <= tolerance
 
 
 def _padding_id(tokenizer: Any) -> int:
