@@ -156,6 +156,9 @@ def create_app(
         description="OpenAI-compatible adaptive Best-of-N gateway",
         version="0.1.0",
         lifespan=lifespan,
+        # The schema reveals no secret, and a browser cannot send a Bearer key to /docs; a
+        # deployment that wants no public surface turns them off (--no-docs).
+        **({} if settings.docs else {"openapi_url": None, "docs_url": None, "redoc_url": None}),
     )
     app.state.api_keys = [key.get_secret_value().encode() for key in settings.api_key]
     app.state.protect_ops = settings.protect_metrics

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
         default_factory=list, description="client keys (repeatable; env: comma-separated)"
     )
     protect_metrics: bool = Field(False, description="require the API key on /metrics and /ready")
+    docs: bool = Field(
+        True, description="serve the OpenAPI schema and docs pages (/openapi.json, /docs, /redoc)"
+    )
     request_timeout: float = Field(300.0, gt=0, description="seconds per upstream call and request")
     upstream_retries: int = Field(2, ge=0, le=10, description="retries per candidate")
     retry_backoff: float = Field(0.25, ge=0, description="first retry delay in seconds (doubles)")

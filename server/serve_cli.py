@@ -49,6 +49,11 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
     ("baseline_n", "value", "fixed N that savings are counted against (default max-samples)"),
     ("api_key", "append", "client API key (repeatable); clients send 'Authorization: Bearer'"),
     ("protect_metrics", "bool", "require the API key on /metrics and /ready too"),
+    (
+        "docs",
+        "bool",
+        "serve /openapi.json, /docs and /redoc (default on, no key needed; --no-docs hides them)",
+    ),
     ("request_timeout", "value", "seconds per upstream call and per request (default 300)"),
     ("upstream_retries", "value", "retries per candidate on 429/5xx/network errors (default 2)"),
     ("retry_backoff", "value", "first retry delay in seconds, doubled each retry (default 0.25)"),
