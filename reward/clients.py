@@ -62,15 +62,32 @@ class _HTTPBackend:
         except ValueError as exc:
             raise RewardError(f"reward backend {url} answered with invalid JSON") from exc
 
+    # An authenticated request that costs the backend nothing: (method, path, JSON body).
+    # ``/health`` needs no key, so without this probe a wrong key would look ready.
+    _auth_probe: tuple[str, str, Any] | None = None
+
     async def ready(self) -> bool:
-        """True when ``GET /health`` answers 2xx."""
+        """True when ``GET /health`` answers 2xx and, with an API key, the key is accepted."""
+        timeout = min(self.timeout, 5.0)
         try:
             response = await self._client.get(
-                f"{self.base_url}/health", headers=self._headers, timeout=min(self.timeout, 5.0)
+                f"{self.base_url}/health", headers=self._headers, timeout=timeout
             )
+            if not response.is_success:
+                return False
+            if self._headers and self._auth_probe is not None:
+                method, path, payload = self._auth_probe
+                probe = await self._client.request(
+                    method,
+                    f"{self.base_url}{path}",
+                    json=payload,
+                    headers=self._headers,
+                    timeout=timeout,
+                )
+                return probe.status_code not in (401, 403)
         except httpx.HTTPError:
             return False
-        return response.is_success
+        return True
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -79,6 +96,9 @@ class _HTTPBackend:
 
 class WorkerRewardClient(_HTTPBackend):
     """Scores through ``pandora reward-worker`` (one request carries every response)."""
+
+    # Empty lists: the worker checks the key, then answers 400 without scoring anything.
+    _auth_probe = ("POST", "/v1/rewards", {"messages": [], "responses": []})
 
     def __init__(
         self,
@@ -111,6 +131,8 @@ class VLLMRewardClient(_HTTPBackend):
     default sigmoid, so ``data[0].probs[0]`` is the raw logit (``/score`` and ``/rerank`` are
     for cross-encoders, not for these models).
     """
+
+    _auth_probe = ("GET", "/v1/models", None)  # vLLM's --api-key guards /v1 routes only
 
     def __init__(
         self,

@@ -120,6 +120,24 @@ def test_vllm_client_sends_the_key():
     assert seen == [f"Bearer {SECRET}"] * 2
 
 
+def test_ready_checks_the_key_not_just_health():
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/health":
+            return httpx.Response(200, json={})
+        ok = request.headers.get("authorization") == f"Bearer {SECRET}"
+        return httpx.Response(200 if ok else 401, json={"data": []})
+
+    async def ready(key: str | None) -> bool:
+        from reward.clients import VLLMRewardClient
+
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            return await VLLMRewardClient("http://vllm:8000", api_key=key, client=http).ready()
+
+    assert asyncio.run(ready(SECRET)) is True
+    assert asyncio.run(ready("sk-wrong")) is False
+    assert asyncio.run(ready(None)) is True  # no key: /health is the whole check
+
+
 def test_one_env_variable_configures_gateway_and_worker(monkeypatch):
     monkeypatch.setenv("PANDORA_REWARD_API_KEY", SECRET)
     gateway = Settings(upstream_url="http://u:1/v1", reward_url="http://w:2")
@@ -186,6 +204,8 @@ def test_gateway_scores_with_the_key_and_never_shows_it(scorer, fake_upstream, c
             metrics = httpx.get(bad.url + "/metrics").text
             ready = httpx.get(bad.url + "/ready")
     assert failed.status_code == 503
+    assert ready.status_code == 503  # a rejected key is not ready (/health alone would say yes)
+    assert ready.json()["reward"] is False
     assert "invalid API key" in failed.json()["error"]["message"]
     shown = [
         failed.text,
