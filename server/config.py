@@ -113,6 +113,16 @@ class Settings(BaseSettings):
             raise ValueError(f"must be an http(s) URL with a host, got {value!r}")
         return value.rstrip("/")
 
+    @field_validator("prior_state_file", mode="before")
+    @classmethod
+    def _state_file(cls, value: object) -> object:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None  # PANDORA_PRIOR_STATE_FILE="" means: no file
+        path = Path(str(value)).expanduser()
+        if path.is_dir():
+            raise ValueError(f"must be a file path, {str(path)!r} is a directory")
+        return path
+
     @field_validator("api_key", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:

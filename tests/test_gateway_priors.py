@@ -254,3 +254,19 @@ def test_save_every_n_requests(tmp_path):
     restored = PriorStore(path=state)
     assert restored.load() == 1
     assert restored.get("m", "cost").to_dict() == prior.to_dict()
+
+
+def test_prior_state_file_setting(tmp_path, monkeypatch):
+    from pydantic import ValidationError
+
+    from server.config import Settings
+
+    base = {"upstream_url": "http://u:1/v1"}
+    assert Settings(**base, prior_state_file="").prior_state_file is None
+    assert Settings(**base).learn_prior is True
+    monkeypatch.setenv("PANDORA_LEARN_PRIOR", "false")
+    monkeypatch.setenv("PANDORA_PRIOR_STATE_FILE", str(tmp_path / "p.json"))
+    settings = Settings(**base)
+    assert settings.learn_prior is False and settings.prior_state_file == tmp_path / "p.json"
+    with pytest.raises(ValidationError, match="is a directory"):
+        Settings(**base, prior_state_file=str(tmp_path))
