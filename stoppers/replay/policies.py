@@ -159,6 +159,7 @@ _CHOICES = {
     "adaptive": PolicyChoice("adaptive", "stoppers.adaptive:AdaptiveBestOfN", "cost", fast="cost"),
     "target": PolicyChoice("target", "stoppers.adaptive:TargetAcceptance", "target", fast="target"),
     "tail-cost": PolicyChoice("tail-cost", "stoppers.robust.cost:TailPandora", "cost"),
+    "shape-cost": PolicyChoice("shape-cost", "stoppers.robust.shape_cost:ShapePandora", "cost"),
     "tail-target": PolicyChoice(
         "tail-target", "stoppers.robust.target:TailTargetAcceptance", "target"
     ),
