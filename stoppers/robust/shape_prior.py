@@ -47,8 +47,8 @@ __all__ = ["ShapePrior", "StopTable"]
 Z_LO, Z_HI, Z_BINS = -12.0, 12.0, 1200  # bin width 0.02
 S_LO, S_HI, S_BINS = -12.0, 12.0, 480  # log-sd bin width 0.05
 LOG_S_GRID = np.linspace(-4.0, 4.0, 33)  # where z_star is tabulated (relative to the median)
-SIM_STREAMS = 400
-SIM_HORIZON = 384  # simulated streams stop here (longer runs are rare at targets <= 0.95)
+SIM_STREAMS = 1000
+SIM_HORIZON = 256  # simulated streams stop here (longer runs are rare at targets <= 0.95)
 SLOPES = (0.0, 1.5, 3.0, 5.0, 8.0)  # candidate small-sample slopes of the offset
 
 
