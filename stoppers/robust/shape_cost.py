@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.shape_prior import S_BINS, S_HI, S_LO, Z_BINS, Z_HI, Z_LO, ShapePrior
 
-__all__ = ["CostShape", "ShapePandora", "cost_shape_prior"]
+__all__ = ["CostShape", "CostShapePrior", "ShapePandora", "cost_shape_prior"]
 
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(5)
 _GH_W = _GH_W / _GH_W.sum()
@@ -59,11 +60,39 @@ INFLATION = 1.0
 # made the pooled tail too heavy (normal rewards: 0.935 of the oracle's profit at c = 1e-3 with
 # the default 4, 0.953 with 24; deployment replay, 30 prompts x 10 orderings).
 COST_PRIOR_MIN_REWARDS = 24
+SCALE_MIN_REWARDS = 4
 
 
-def cost_shape_prior() -> ShapePrior:
+@dataclass
+class CostShapePrior(ShapePrior):
+    """The cost-mode deployment prior: a :class:`ShapePrior` that pools the shape only from
+    requests with >= ``min_rewards`` (24) rewards, but still learns the scale distribution from
+    shorter ones (>= 4 rewards: their sd says how spread the prompt's rewards are).
+
+    ``requests`` counts the requests that taught the shape (what the policy's warm-up reads).
+    """
+
+    min_rewards: int = COST_PRIOR_MIN_REWARDS
+
+    def update(self, rewards: Any) -> bool:
+        x = np.asarray(rewards, dtype=np.float64)
+        if x.ndim != 1 or not np.all(np.isfinite(x)):
+            return False
+        if x.size >= self.min_rewards:
+            return super().update(x)
+        if x.size < SCALE_MIN_REWARDS:
+            return False
+        sd = float(x.std(ddof=1))
+        if not sd > 0.0:
+            return False
+        j = int(np.clip((math.log(sd) - S_LO) / (S_HI - S_LO) * S_BINS, 0, S_BINS - 1))
+        self.s_counts[j] += 1.0
+        return True
+
+
+def cost_shape_prior() -> CostShapePrior:
     """A fresh cost-mode deployment prior (what ``new_deployment_prior("cost")`` returns)."""
-    return ShapePrior(min_rewards=COST_PRIOR_MIN_REWARDS)
+    return CostShapePrior()
 
 
 @dataclass(frozen=True)
