@@ -123,3 +123,17 @@ def test_validation_and_min_samples():
     assert not any(stops) and policy.n == 5  # never before min_samples
     assert policy.observe(0.0) and policy.stop_reason == "target"
     assert policy.threshold is not None
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"z_counts": {"5000": 1.0}},
+        {"z_counts": {"3": -1.0}},
+        {"s_counts": [1, 2]},
+        {"z_counts": {"x": 1.0}},
+    ],
+)
+def test_from_dict_refuses_states_it_could_not_have_written(state):
+    with pytest.raises(ValueError):
+        ShapePrior.from_dict({"requests": 1, **state})

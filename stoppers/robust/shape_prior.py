@@ -173,12 +173,9 @@ class ShapePrior:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShapePrior:
-        z = [0.0] * Z_BINS
-        s = [0.0] * S_BINS
-        for i, c in data.get("z_counts", {}).items():
-            z[int(i)] = float(c)
-        for i, c in data.get("s_counts", {}).items():
-            s[int(i)] = float(c)
+        """Restore :meth:`to_dict`'s snapshot; ValueError on anything it could not have written."""
+        z = _histogram(data.get("z_counts", {}), Z_BINS, "z_counts")
+        s = _histogram(data.get("s_counts", {}), S_BINS, "s_counts")
         return cls(
             min_rewards=int(data.get("min_rewards", 4)),
             rebuild_growth=float(data.get("rebuild_growth", 1.5)),
@@ -196,17 +193,31 @@ class ShapePrior:
         if self.requests == 0:
             return None
         alpha = self.alpha if alpha is None else float(alpha)
-        key = (round(float(target), 6), int(min_samples), int(horizon), alpha)
+        # one table per target to 3 decimals: a client-chosen target cannot force endless builds
+        target = round(float(target), 3)
+        key = (target, int(min_samples), int(horizon), alpha)
         cached = self._tables.get(key)
         if cached is not None and self.requests < max(
             cached.requests + 1, cached.requests * self.rebuild_growth
         ):
             return cached
         table = build_table(
-            self.z_counts, self.s_counts, float(target), alpha, min_samples, horizon, self.requests
+            self.z_counts, self.s_counts, target, alpha, min_samples, horizon, self.requests
         )
         self._tables[key] = table
         return table
+
+
+def _histogram(sparse: Any, bins: int, name: str) -> list[float]:
+    if not isinstance(sparse, dict):
+        raise ValueError(f"{name} must be a mapping of bin index to count")
+    out = [0.0] * bins
+    for key, count in sparse.items():
+        i, c = int(key), float(count)
+        if not (0 <= i < bins) or not (math.isfinite(c) and c >= 0.0):
+            raise ValueError(f"{name}: bad entry {key!r}: {count!r}")
+        out[i] = c
+    return out
 
 
 def _centres(lo: float, hi: float, bins: int) -> np.ndarray:
