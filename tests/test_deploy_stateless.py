@@ -108,6 +108,9 @@ class GatewayProcess:
             "PANDORA_MAX_SAMPLES": "8",
             "PANDORA_UPSTREAM_RETRIES": "0",
             "PANDORA_REQUEST_TIMEOUT": "20",
+            # The learned deployment prior (on by default) is per-replica memory: each replica
+            # learns from the requests it served. This test pins the stateless configuration.
+            "PANDORA_LEARN_PRIOR": "false",
         }
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         env.pop("prometheus_multiproc_dir", None)
