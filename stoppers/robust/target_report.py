@@ -1,0 +1,170 @@
+"""Target-mode report on sequential deployments: ``python -m stoppers.robust.target_report``.
+
+Runs the savings experiment (achieved acceptance and save ratio vs the matched fixed N, the
+definitions of :mod:`stoppers.replay.experiments`) with
+:func:`stoppers.replay.deployment.replay_deployment` - each ordering one deployment serving the
+prompts in a random order - for three policies:
+
+* ``pooled``: :class:`~stoppers.robust.pooled_target.PooledTargetAcceptance` with a fresh
+  :class:`~stoppers.robust.shape_prior.ShapePrior` per deployment (reported over all prompts,
+  and split into the cold-start prompts and those served after the prior had learned from
+  ``COLD_START`` requests);
+* ``tail``: :class:`~stoppers.robust.target.TailTargetAcceptance` (learns nothing);
+* ``paper``: the paper's :class:`~stoppers.adaptive.TargetAcceptance` (learns nothing).
+
+``run`` writes one JSON per (pool, policy); ``table`` renders the README table from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main", "render_table", "run_one"]
+
+TARGETS = (0.7, 0.8, 0.9, 0.95)
+POLICIES = ("pooled", "tail", "paper")
+LABELS = {
+    "pooled": "**PooledTargetAcceptance**",
+    "tail": "TailTargetAcceptance",
+    "paper": "paper TargetAcceptance",
+}
+
+
+def _maker(policy: str, target: float, budget: int):
+    from stoppers import TargetAcceptance
+    from stoppers.robust.pooled_target import PooledTargetAcceptance
+    from stoppers.robust.shape_prior import ShapePrior
+    from stoppers.robust.target import TailTargetAcceptance
+
+    if policy == "pooled":
+        return (lambda p: PooledTargetAcceptance(target, prior=p, max_samples=budget)), ShapePrior
+    if policy == "tail":
+        return (lambda _p: TailTargetAcceptance(target, max_samples=budget)), None
+    if policy == "paper":
+        return (lambda _p: TargetAcceptance(target, max_samples=budget)), None
+    raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+
+
+def run_one(
+    rewards: np.ndarray,
+    policy: str,
+    *,
+    orderings: int,
+    seed: int = 0,
+    max_samples: int | None = None,
+    targets: tuple[float, ...] = TARGETS,
+) -> dict:
+    """Savings rows per target (all prompts; for ``pooled`` also warm / cold positions)."""
+    from stoppers.replay.deployment import deployment_summaries, replay_deployment
+    from stoppers.replay.experiments import savings_rows
+    from stoppers.robust.pooled_target import COLD_START
+
+    budget = max_samples or rewards.shape[1]
+    out: dict = {}
+    for target in targets:
+        make, new_prior = _maker(policy, target, budget)
+        run = replay_deployment(
+            rewards, make, new_prior, orderings=orderings, seed=seed, max_samples=max_samples
+        )
+        masks = {"all": None}
+        if policy == "pooled":
+            masks["warm"] = lambda r: r.warm(COLD_START)
+            masks["cold"] = lambda r: ~r.warm(COLD_START)
+        rows: dict = {}
+        for name, mask in masks.items():
+            row = savings_rows(deployment_summaries(rewards, targets={target: run}, mask=mask))[0]
+            keep = ("achieved_acceptance", "save_ratio", "mean_samples", "matched_fixed_n")
+            rows[name] = {k: row[k] for k in keep}
+            rows[name]["mean_save_ratio"] = row["mean_save_ratio"]
+            rows[name]["censored_prompts"] = row["censored_prompts"]
+        reasons, counts = np.unique(run.reason, return_counts=True)
+        rows["reasons"] = dict(zip(reasons.tolist(), counts.tolist(), strict=True))
+        out[str(target)] = rows
+    return out
+
+
+def _fmt(rows: dict, key: str, part: str, spec: str) -> str:
+    values = []
+    for t in TARGETS:
+        cell = rows.get(str(t), {}).get(part)
+        values.append("-" if cell is None or cell[key] is None else format(cell[key], spec))
+    return " / ".join(values)
+
+
+def render_table(directory: Path, pools: list[str]) -> str:
+    """Markdown rows: per pool x policy, achieved and median save at the four targets."""
+    lines = [
+        "| pool | policy | achieved at 0.7 / 0.8 / 0.9 / 0.95 (median over prompts) "
+        "| save ratio at 0.7 / 0.8 / 0.9 / 0.95 (median) | samples at 0.9 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for pool in pools:
+        for policy in POLICIES:
+            path = directory / f"{pool}-{policy}.json"
+            if not path.exists():
+                continue
+            data = json.loads(path.read_text())
+            rows = data["rows"]
+            parts = [("all", "")]
+            if policy == "pooled":
+                parts = [("all", " (all)"), ("warm", " (warm)"), ("cold", " (cold start)")]
+            for part, label in parts:
+                n09 = rows.get("0.9", {}).get(part, {}).get("mean_samples")
+                lines.append(
+                    f"| {pool} | {LABELS[policy]}{label} "
+                    f"[{data['prompts']} x {data['orderings']}] "
+                    f"| {_fmt(rows, 'achieved_acceptance', part, '.3f')} "
+                    f"| {_fmt(rows, 'save_ratio', part, '+.2f')} "
+                    f"| {'-' if n09 is None else format(n09, '.1f')} |"
+                )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="replay one pool with one policy; write OUT/NAME-POLICY.json")
+    run.add_argument("file", help=".npz with a 'rewards' (prompts x samples) array")
+    run.add_argument("--name", required=True, help="pool name used in the output file")
+    run.add_argument("--policy", choices=POLICIES, required=True)
+    run.add_argument("--prompts", type=int, help="first N prompts")
+    run.add_argument("--orderings", type=int, default=100)
+    run.add_argument("--max-samples", type=int)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--out", default="target-report")
+    table = sub.add_parser("table", help="print the markdown table from the JSON files")
+    table.add_argument("--out", default="target-report")
+    table.add_argument("pools", nargs="+")
+    args = parser.parse_args(argv)
+    if args.command == "table":
+        print(render_table(Path(args.out), args.pools))
+        return 0
+    rewards = np.load(args.file)["rewards"]
+    if args.prompts:
+        rewards = rewards[: args.prompts]
+    started = time.time()
+    rows = run_one(
+        rewards, args.policy, orderings=args.orderings, seed=args.seed, max_samples=args.max_samples
+    )
+    result = {
+        "family": args.name,
+        "prompts": int(rewards.shape[0]),
+        "orderings": args.orderings,
+        "policy": args.policy,
+        "rows": rows,
+        "seconds": time.time() - started,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.name}-{args.policy}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {out / f'{args.name}-{args.policy}.json'} ({result['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
