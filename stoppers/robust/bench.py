@@ -1,9 +1,10 @@
 """Per-observe cost of the GPD-tail policies: ``python -m stoppers.robust.bench``.
 
 For each n in (10, 100, 960) a policy is fed n - 1 Student-t(3) rewards with a cost / target
-it cannot reach (kappa_z = 50), then ``observe`` of one more reward is timed on ``--repeats``
-copies of that state (each copy gets a fresh reward, so the refit branch is hit as often as
-in a real stream).
+it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t requests, c =
+1e-12, inflation 50), then ``observe`` of one more reward is timed on ``--repeats`` copies of
+that state (each copy gets a fresh reward, so the refit branch is hit as often as in a real
+stream).
 Prints median and p99 in microseconds. Timings on a shared machine are noisy: compare figures
 from one run, not across runs.
 """
@@ -17,6 +18,7 @@ import time
 import numpy as np
 
 from stoppers.robust.cost import TailPandora
+from stoppers.robust.shape_cost import ShapePandora, cost_shape_prior
 from stoppers.robust.target import TailTargetAcceptance
 
 __all__ = ["main", "observe_latency"]
@@ -68,10 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10,100,960")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    learned = cost_shape_prior()  # a warm cost prior: 40 finished Student-t(3) requests
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        learned.update((rng.normal(0, 2) + rng.standard_t(3.0, 100)).tolist())
     makers = {
         # A benchmark margin of 50 standard errors keeps kappa_hat out of reach: no early stop.
         "TailPandora": lambda: TailPandora(1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0),
         "TailTargetAcceptance": lambda: TailTargetAcceptance(1.0, max_samples=10_000, kappa_z=50.0),
+        # warm (learned shape); parameter uncertainty x50 keeps the gain above c = 1e-12
+        "ShapePandora": lambda: ShapePandora(
+            1e-12, max_samples=10_000, prior=learned, inflation=50.0
+        ),
         "PooledTargetAcceptance": _pooled_unreachable(),
     }
     print(f"{'policy':24s} {'n':>5s} {'median_us':>10s} {'p99_us':>9s}")
