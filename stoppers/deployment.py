@@ -38,7 +38,9 @@ def new_deployment_prior(mode: PriorMode) -> DeploymentPrior:
     from stoppers.robust.prior import TailPrior  # stoppers.robust imports this package
 
     if mode == "cost":
-        return TailPrior()
+        from stoppers.robust.shape_cost import cost_shape_prior
+
+        return cost_shape_prior()  # the learned reward shape ShapePandora reads
     if mode == "target":
         return TailPrior()
     raise ValueError(f"mode must be 'cost' or 'target', got {mode!r}")

@@ -124,10 +124,11 @@ def test_prior_learns_scale_from_short_requests_and_shape_only_from_long_ones():
     prior = cost_shape_prior()
     assert prior.update([0.1, 0.2]) is False
     assert prior.update([0.1, 0.4, 0.2, 0.9]) is True  # scale only
-    assert prior.requests == 0 and prior.s_counts.sum() == 1 and prior.z_counts.sum() == 0
+    assert prior.shape_requests == 0 and prior.requests == 1
+    assert prior.s_counts.sum() == 1 and prior.z_counts.sum() == 0
     long = np.random.default_rng(0).normal(size=COST_PRIOR_MIN_REWARDS + 10)
     assert prior.update(long.tolist()) is True
-    assert prior.requests == 1
+    assert (prior.shape_requests, prior.requests) == (1, 2)
     assert prior.z_counts.sum() == 10  # draws 25..34, each against the mean/sd before it
 
 
@@ -136,6 +137,8 @@ def test_prior_round_trips_through_json_with_identical_decisions():
     restored = CostShapePrior.from_dict(json.loads(json.dumps(prior.to_dict())))
     assert isinstance(restored, CostShapePrior)
     assert restored.min_rewards == COST_PRIOR_MIN_REWARDS
+    assert restored.shape_requests == prior.shape_requests == 40
+    assert restored.to_dict() == prior.to_dict()
     stream = np.random.default_rng(3).normal(size=960)
     a = ShapePandora(1e-3, max_samples=960, prior=prior)
     b = ShapePandora(1e-3, max_samples=960, prior=restored)

@@ -119,12 +119,15 @@ def test_report_builds_tables_from_replay_outputs(tmp_path):
         "mean_samples": 30.0,
     }
     saving = {"target": 0.9, "achieved_acceptance": 0.91, "save_ratio": 0.2, "mean_samples": 12.0}
+    warm = {**profit, "mean_adaptive_profit": 0.8}
     for policy, body in (
+        ("shape-cost", {"profit": [profit], "profit_warm": [warm]}),
         ("tail-cost", {"profit": [profit]}),
         ("tail-target", {"savings": [saving]}),
     ):
         (tmp_path / f"normal-{policy}").mkdir()
         (tmp_path / f"normal-{policy}" / "results.json").write_text(json.dumps(body))
     costs = cost_table(tmp_path)
-    assert "| normal | 0.001 | **1.125** (1.100) · 0.900 · 30 | — | — | 40 |" in costs
+    row = "| normal | 0.001 | **1.125** · 0.900 · 30 | 1.000 · 0.800 | 1.125 (1.100) · 0.900 · 30"
+    assert row + " | — | — | 40 |" in costs
     assert "| normal | **TailTargetAcceptance** | 0.910 | 12.0 | +0.20 |" in target_table(tmp_path)

@@ -1,7 +1,8 @@
 """Tables and figure of the README's robust-stopping replay: ``python -m stoppers.robust.report``.
 
 Reads ``DIR/<family>-<policy>/results.json`` written by ``pandora replay`` (policies
-``tail-cost``, ``adaptive``, ``patience`` for profit; ``tail-target``, ``target`` for savings),
+``shape-cost`` - run with ``--deployment --warm-after 8`` -, ``tail-cost``, ``adaptive``,
+``patience`` for profit; ``tail-target``, ``target`` for savings),
 prints the two markdown tables and, with ``--figure``, draws achieved-vs-target and the
 cost-mode profit ratios (matplotlib, imported only then).
 """
@@ -44,35 +45,54 @@ def _profit_row(results: dict | None, cost: float) -> dict | None:
     return next((r for r in rows if abs(r["cost"] - cost) < 1e-12), None)
 
 
+def _ratios(row: dict) -> tuple[float, float]:
+    mine = row["mean_adaptive_profit"]
+    return mine / row["mean_best_fixed_profit"], mine / row["mean_oracle_profit"]
+
+
 def cost_table(root: Path) -> str:
+    """ShapePandora (sequential deployment replay: all prompts, and only those served after
+    the prior had learned from 8 requests), TailPandora, the paper's rule, Patience(5)."""
     lines = [
-        "| family | c | **TailPandora**: ÷ best fixed N (median per prompt) · ÷ oracle · samples"
-        " | paper AdaptiveBestOfN: ÷ fixed · ÷ oracle · samples | Patience(5) ÷ fixed"
-        " | best fixed N |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| family | c | **ShapePandora**, all prompts (cold start included): ÷ best fixed N"
+        " · ÷ oracle · samples | ShapePandora, warm prompts only: ÷ fixed · ÷ oracle"
+        " | TailPandora: ÷ fixed (median per prompt) · ÷ oracle · samples"
+        " | paper AdaptiveBestOfN: ÷ fixed · ÷ oracle | Patience(5) ÷ fixed | best fixed N |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for family in FAMILIES:
         for cost in COSTS:
             cells, best_n = [], "—"
+            shape = _load(root, family, "shape-cost") or {}
+            for key in ("profit", "profit_warm"):
+                row = _profit_row({"profit": shape.get(key, [])}, cost)
+                if row is None or row["mean_oracle_profit"] is None:
+                    cells.append("—")
+                    continue
+                fixed, oracle = _ratios(row)
+                best_n = row["best_fixed_n"]
+                cell = (
+                    f"**{fixed:.3f}** · {oracle:.3f}"
+                    if key == "profit"
+                    else f"{fixed:.3f} · {oracle:.3f}"
+                )
+                if key == "profit":
+                    cell += f" · {row['mean_samples']:.0f}"
+                cells.append(cell)
             for policy in ("tail-cost", "adaptive", "patience"):
                 row = _profit_row(_load(root, family, policy), cost)
                 if row is None:
                     cells.append("—")
                     continue
-                mine = row["mean_adaptive_profit"]
-                fixed, oracle = row["mean_best_fixed_profit"], row["mean_oracle_profit"]
+                fixed, oracle = _ratios(row)
                 best_n = row["best_fixed_n"]
                 if policy == "tail-cost":
-                    cells.append(
-                        f"**{mine / fixed:.3f}** ({row['ratio']:.3f}) · {mine / oracle:.3f}"
-                        f" · {row['mean_samples']:.0f}"
-                    )
+                    samples = row["mean_samples"]
+                    cells.append(f"{fixed:.3f} ({row['ratio']:.3f}) · {oracle:.3f} · {samples:.0f}")
                 elif policy == "adaptive":
-                    cells.append(
-                        f"{mine / fixed:.3f} · {mine / oracle:.3f} · {row['mean_samples']:.0f}"
-                    )
+                    cells.append(f"{fixed:.3f} · {oracle:.3f}")
                 else:
-                    cells.append(f"{mine / fixed:.3f}")
+                    cells.append(f"{fixed:.3f}")
             lines.append(f"| {_label(family)} | {cost:g} | " + " | ".join(cells) + f" | {best_n} |")
     return "\n".join(lines)
 
@@ -131,17 +151,18 @@ def figure(root: Path, out: Path) -> None:
     ax[0].set_title("target mode: TailTargetAcceptance (solid) vs paper (dotted)")
     ax[0].legend(fontsize=7)
     x = np.arange(len(FAMILIES))
-    width = 0.38
+    width = 0.27
+    bars = (("shape-cost", "tab:blue"), ("tail-cost", "tab:red"), ("adaptive", "tab:gray"))
     for j, cost in enumerate(COSTS):
         panel = ax[1 + j]
-        for k, (policy, colour) in enumerate((("tail-cost", "tab:red"), ("adaptive", "tab:gray"))):
+        for k, (policy, colour) in enumerate(bars):
             vs_fixed, vs_oracle = [], []
             for family in FAMILIES:
                 row = _profit_row(_load(root, family, policy), cost)
                 mine = row["mean_adaptive_profit"] if row else np.nan
                 vs_fixed.append(mine / row["mean_best_fixed_profit"] if row else np.nan)
                 vs_oracle.append(mine / row["mean_oracle_profit"] if row else np.nan)
-            where = x + (k - 0.5) * width
+            where = x + (k - 1) * width
             panel.bar(where, vs_fixed, width, color=colour, label=f"{policy} / best fixed N")
             panel.plot(where, vs_oracle, "k_", ms=12, mew=2, label="/ oracle" if k == 0 else None)
         panel.axhline(1.0, color="k", lw=0.8)

@@ -69,17 +69,21 @@ class CostShapePrior(ShapePrior):
     requests with >= ``min_rewards`` (24) rewards, but still learns the scale distribution from
     shorter ones (>= 4 rewards: their sd says how spread the prompt's rewards are).
 
-    ``requests`` counts the requests that taught the shape (what the policy's warm-up reads).
+    ``requests`` counts every request that taught something; ``shape_requests`` those that
+    taught the shape (what the policy's warm-up reads).
     """
 
     min_rewards: int = COST_PRIOR_MIN_REWARDS
+    shape_requests: int = 0
 
     def update(self, rewards: Any) -> bool:
         x = np.asarray(rewards, dtype=np.float64)
         if x.ndim != 1 or not np.all(np.isfinite(x)):
             return False
         if x.size >= self.min_rewards:
-            return super().update(x)
+            learned = super().update(x)
+            self.shape_requests += learned
+            return learned
         if x.size < SCALE_MIN_REWARDS:
             return False
         sd = float(x.std(ddof=1))
@@ -87,7 +91,17 @@ class CostShapePrior(ShapePrior):
             return False
         j = int(np.clip((math.log(sd) - S_LO) / (S_HI - S_LO) * S_BINS, 0, S_BINS - 1))
         self.s_counts[j] += 1.0
+        self.requests += 1
         return True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "shape_requests": self.shape_requests}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CostShapePrior:
+        prior = super().from_dict(data)
+        prior.shape_requests = int(data.get("shape_requests", 0))
+        return prior
 
 
 def cost_shape_prior() -> CostShapePrior:
@@ -208,7 +222,7 @@ class ShapePandora(StoppingPolicy):
         self.min_samples = _default_min_samples(min_samples, max_samples)
         self.inflation = float(inflation)
         shape = None
-        if isinstance(prior, ShapePrior) and prior.requests >= warm_requests:
+        if isinstance(prior, ShapePrior) and _shape_requests(prior) >= warm_requests:
             shape = CostShape.from_prior(prior, self.alpha)
         self.shape = shape
         self._cold: TailPandora | None = None
@@ -284,3 +298,8 @@ class ShapePandora(StoppingPolicy):
         self._eval_n = n
         self._eval_best = self._best
         return "threshold" if self._gain <= self.cost else None
+
+
+def _shape_requests(prior: ShapePrior) -> int:
+    """Requests whose draws are in the prior's shape histogram."""
+    return prior.shape_requests if isinstance(prior, CostShapePrior) else prior.requests
