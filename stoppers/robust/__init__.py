@@ -2,6 +2,8 @@
 
 * :class:`TailTargetAcceptance` - target mode: deliver the requested acceptance rate.
 * :class:`TailPandora` - cost mode: Weitzman's rule on a fitted tail.
+* :class:`ShapePandora` - cost mode on the deployment-learned shape (:class:`CostShapePrior`);
+  the gateway's default (cold start: TailPandora).
 * :class:`TailPrior` - a serialisable cross-prompt prior on the tail shape, kept per model.
 
 Both policies fit a generalised Pareto tail to the raw rewards seen so far
@@ -11,6 +13,15 @@ Both policies fit a generalised Pareto tail to the raw rewards seen so far
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.gpd_tail import TailFit, fit_tail
 from stoppers.robust.prior import TailPrior
+from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
 from stoppers.robust.target import TailTargetAcceptance
 
-__all__ = ["TailFit", "TailPandora", "TailPrior", "TailTargetAcceptance", "fit_tail"]
+__all__ = [
+    "CostShapePrior",
+    "ShapePandora",
+    "TailFit",
+    "TailPandora",
+    "TailPrior",
+    "TailTargetAcceptance",
+    "fit_tail",
+]
