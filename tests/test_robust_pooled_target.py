@@ -72,9 +72,9 @@ def test_tables_are_cached_and_rebuilt_as_evidence_grows():
     first = prior.table(0.8, min_samples=8, horizon=100)
     assert prior.table(0.8, min_samples=8, horizon=100) is first
     rng = np.random.default_rng(9)
-    for _ in range(5):
+    for _ in range(15):
         prior.update(rng.standard_normal(50))
-    assert prior.table(0.8, min_samples=8, horizon=100) is first  # 25 < 1.5 x 20
+    assert prior.table(0.8, min_samples=8, horizon=100) is first  # 35 < 2 x 20
     for _ in range(5):
         prior.update(rng.standard_normal(50))
     assert prior.table(0.8, min_samples=8, horizon=100) is not first

@@ -25,7 +25,7 @@ from stoppers.robust.tracker import TIES_AT_MAX
 
 __all__ = ["COLD_START", "PooledTargetAcceptance"]
 
-COLD_START = 20
+COLD_START = 10
 MAX_SIM_HORIZON = 1024
 
 
