@@ -131,6 +131,10 @@ class GatewayMetrics:
         self.inflight_requests = Gauge(
             "pandora_inflight_requests", "Requests being served", registry=registry
         )
+        # A plain counter read at scrape time: a Gauge update takes a lock and several checks,
+        # and this one changes twice per request (RequestRecord; all on the event loop).
+        self.requests_in_flight = 0
+        self.inflight_requests.set_function(lambda: self.requests_in_flight)
         self.inflight_candidates = Gauge(
             "pandora_inflight_candidates", "Upstream generations in flight", registry=registry
         )

@@ -33,6 +33,7 @@ from server.chat.protocol import (
     completion_body,
     completion_chunks,
 )
+from server.config import Settings
 from server.control import SamplingPlan, resolve_plan
 from server.errors import (
     GatewayError,
@@ -53,6 +54,7 @@ T = TypeVar("T")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 LONE_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # cheap pre-filter
 CLIENT_CLOSED = 499  # nginx's convention; the client never sees it
+WATCH_AFTER = 0.1  # seconds of work before a client disconnect is watched for (see below)
 NO_HEADERS: Mapping[str, str] = {}  # no X-Pandora-* header was sent
 
 
@@ -80,13 +82,13 @@ class RequestRecord:
         self.started = time.perf_counter()
         self.mode = "unknown"
         self._finished = False
-        metrics.inflight_requests.inc()
+        metrics.requests_in_flight += 1
 
     def finish(self, status: int) -> None:
         if self._finished:
             return
         self._finished = True
-        self.metrics.inflight_requests.dec()
+        self.metrics.requests_in_flight -= 1
         self.metrics.request_finished(self.mode, status, time.perf_counter() - self.started)
 
 
@@ -182,17 +184,18 @@ async def handle_chat(
     try:
         if declared_length > limit:
             raise _too_large(limit)
-        if scope["app"].state.api_keys:  # inside the record, so rejected keys count as 401
+        app_state = scope["app"].state
+        if app_state.api_keys:  # inside the record, so rejected keys count as 401
             check_api_key(Request(scope))
         raw_bytes = await _read_body(receive, limit)
         data = _parse_json(raw_bytes)
         chat = _validate(data)
-        plan = resolve_plan(
-            Headers(scope=scope) if pandora_headers else NO_HEADERS,
-            data.get("pandora"),
-            state.settings,
-            n=chat.n,
-        )
+        control = data.get("pandora")
+        if pandora_headers or control is not None:
+            headers_map = Headers(scope=scope) if pandora_headers else NO_HEADERS
+            plan = resolve_plan(headers_map, control, state.settings, n=chat.n)
+        else:
+            plan = _default_plan(app_state, state.settings, chat.n)
         record.mode = plan.mode
         headers["X-Pandora-Mode"] = plan.mode
         if plan.mode == "off":
@@ -215,6 +218,20 @@ async def handle_chat(
     except BaseException:
         record.finish(500)
         raise
+
+
+def _default_plan(app_state: Any, settings: Settings, n: int) -> SamplingPlan:
+    """The plan of a request with no ``X-Pandora-*`` header and no ``pandora`` object: it
+    depends only on the app's settings and ``n``, so it is resolved once per app and ``n``."""
+    plans: dict[int, SamplingPlan] | None = getattr(app_state, "default_plans", None)
+    if plans is None:
+        plans = app_state.default_plans = {}
+    plan = plans.get(n)
+    if plan is None:
+        plan = resolve_plan(NO_HEADERS, None, settings, n=n)
+        if len(plans) < 64:
+            plans[n] = plan
+    return plan
 
 
 # -- parsing ------------------------------------------------------------------------------------
@@ -413,12 +430,16 @@ async def _until_disconnect(receive: Receive, work: Awaitable[T], *, discard=Non
     """Await ``work`` unless the client disconnects first; then cancel it and raise ClientGone.
 
     (vLLM's ``with_cancellation``: nothing keeps running for a client that left.) The work runs
-    in the request's own task; one watcher task waits for ``http.disconnect`` and cancels it,
-    which costs less than running the work in a task of its own and waiting on both.
+    in the request's own task. A watcher task that waits for ``http.disconnect`` and cancels it
+    is started only once the work has taken WATCH_AFTER seconds: a task per request was the
+    largest single CPU cost of a fast pass-through, and a client that leaves earlier is still
+    noticed then (uvicorn's ``receive`` reports a past disconnect at once).
     """
     current = asyncio.current_task()
     assert current is not None
+    loop = asyncio.get_running_loop()
     gone = False
+    watcher: asyncio.Task[None] | None = None
 
     async def watch() -> None:
         nonlocal gone
@@ -427,7 +448,11 @@ async def _until_disconnect(receive: Receive, work: Awaitable[T], *, discard=Non
         gone = True
         current.cancel()
 
-    watcher = asyncio.create_task(watch())
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(watch())
+
+    timer = loop.call_later(WATCH_AFTER, start_watching)
     try:
         result = await work
     except BaseException:
@@ -436,7 +461,9 @@ async def _until_disconnect(receive: Receive, work: Awaitable[T], *, discard=Non
         current.uncancel()  # the work may have turned the cancellation into its own error
         raise ClientGone() from None
     finally:
-        watcher.cancel()
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
     if gone:  # the work swallowed the cancellation, or finished just before it landed
         current.uncancel()
         with contextlib.suppress(asyncio.CancelledError):
