@@ -196,5 +196,9 @@ def create_app(
             if isinstance(route, APIRoute) and route.path == FAST_PATH
         )
 
-    app.add_middleware(RewardsFastPath, handle=answer_raw, enabled=route_is_plain)
+    # Outermost, in front of FastAPI's own middleware (see reward.fast_path).
+    build_stack = app.build_middleware_stack
+    app.build_middleware_stack = lambda: RewardsFastPath(  # type: ignore[method-assign]
+        build_stack(), handle=answer_raw, enabled=route_is_plain
+    )
     return app

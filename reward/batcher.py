@@ -8,7 +8,8 @@ no batching delay. Then everything waiting (bounded) is sorted by length, so seq
 similar length share a batch and padding stays small, and cut into batches of at most
 ``max_batch_size`` sequences and ``max_batch_tokens`` padded tokens. Each batch is one forward
 pass on a single worker thread, so the event loop keeps serving and the device runs one pass at
-a time. Every sequence carries its own future, so a request gets its scores back in its own
+a time. Every sequence knows its request and its index in it, and each request waits on one
+future that resolves when its last score arrives, so a request gets its scores back in its own
 order however the batches were cut.
 
 If a batch that mixes several requests fails, each request is retried alone, so one poisonous
@@ -46,11 +47,32 @@ class BatchObserver(Protocol):
 
 
 @dataclass(eq=False, slots=True)
+class _Request:
+    """One submit() call: its scores fill in as batches finish; ``future`` gets them all."""
+
+    future: asyncio.Future[list[float]]
+    scores: list[float]
+    remaining: int
+
+    def deliver(self, index: int, score: float) -> None:
+        if self.future.done():
+            return
+        self.scores[index] = score
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.future.set_result(self.scores)
+
+
+@dataclass(eq=False, slots=True)
 class _Item:
     ids: list[int]
-    request: int  # which submit() call the sequence belongs to
-    future: asyncio.Future[float]
+    request: _Request
+    index: int  # position in its request
     queued_at: float = field(default_factory=time.perf_counter)
+
+    @property
+    def done(self) -> bool:
+        return self.request.future.done()
 
 
 class DynamicBatcher:
@@ -79,7 +101,6 @@ class DynamicBatcher:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward-forward")
         self._task: asyncio.Task[None] | None = None
-        self._requests = 0
         self._announced = 0  # requests on their way (announce() called, submit() not yet)
         self._closed = False
 
@@ -104,16 +125,17 @@ class DynamicBatcher:
             raise RewardError("the reward batcher is closed")
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="reward-batcher")
-        loop = asyncio.get_running_loop()
-        self._requests += 1
-        items = [_Item(list(ids), self._requests, loop.create_future()) for ids in sequences]
-        for item in items:
-            self._queue.put_nowait(item)
+        if not sequences:
+            return []
+        future: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
+        request = _Request(future, [0.0] * len(sequences), len(sequences))
+        now = time.perf_counter()
+        for index, ids in enumerate(sequences):
+            self._queue.put_nowait(_Item(list(ids), request, index, now))
         try:
-            return list(await asyncio.gather(*(item.future for item in items)))
+            return list(await future)
         finally:
-            for item in items:  # a cancelled or failed request leaves nothing to compute
-                item.future.cancel()
+            future.cancel()  # a cancelled or failed request leaves nothing to compute
 
     async def aclose(self) -> None:
         """Stop the loop, fail whatever still waits, and release the forward thread."""
@@ -124,8 +146,7 @@ class DynamicBatcher:
                 await self._task
         while not self._queue.empty():
             item = self._queue.get_nowait()
-            if not item.future.done():
-                item.future.set_exception(RewardError("the reward batcher was closed"))
+            _fail([item], RewardError("the reward batcher was closed"))
         # A pass in flight finishes on its thread; nothing waits for it.
         self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -165,7 +186,7 @@ class DynamicBatcher:
         limit = 4 * self.max_batch_size
         while len(items) < limit and not self._queue.empty():
             items.append(self._queue.get_nowait())
-        return [item for item in items if not item.future.done()]
+        return [item for item in items if not item.done]
 
     def _cut(self, items: list[_Item]) -> list[list[_Item]]:
         """Length-sorted batches within the item and padded-token limits."""
@@ -182,7 +203,7 @@ class DynamicBatcher:
         return batches
 
     async def _run_batch(self, batch: list[_Item]) -> None:
-        batch = [item for item in batch if not item.future.done()]
+        batch = [item for item in batch if not item.done]
         if not batch:
             return
         started = time.perf_counter()
@@ -191,12 +212,12 @@ class DynamicBatcher:
         except Exception as exc:
             if self.observer is not None:
                 self.observer.batch_failed(len(batch))
-            requests = {item.request for item in batch}
+            requests = list(dict.fromkeys(item.request for item in batch))  # in arrival order
             if len(requests) == 1:
                 _fail(batch, exc)
                 return
-            for request in sorted(requests):  # isolate the request that broke the batch
-                await self._run_batch([item for item in batch if item.request == request])
+            for request in requests:  # isolate the request that broke the batch
+                await self._run_batch([item for item in batch if item.request is request])
             return
         seconds = time.perf_counter() - started
         if self.observer is not None:
@@ -204,8 +225,7 @@ class DynamicBatcher:
             padded = len(batch) * max(len(item.ids) for item in batch)
             self.observer.batch_done(len(batch), padded, waits, seconds)
         for item, score in zip(batch, scores, strict=True):
-            if not item.future.done():
-                item.future.set_result(score)
+            item.request.deliver(item.index, score)
 
     async def _forward(self, batch: list[_Item]) -> list[float]:
         loop = asyncio.get_running_loop()
@@ -222,5 +242,5 @@ def _fail(batch: list[_Item], exc: Exception) -> None:
     if error is not exc:
         error.__cause__ = exc
     for item in batch:
-        if not item.future.done():
-            item.future.set_exception(error)
+        if not item.done:
+            item.request.future.set_exception(error)

@@ -1,25 +1,30 @@
 """Plain-ASGI fast path for ``POST /v1/rewards``.
 
 The FastAPI route documents the endpoint in the OpenAPI schema, but serving each request through
-FastAPI's exception middleware, exit stack, router, dependency solver and body parsing cost the
-worker ~1.5 ms of event-loop CPU per request, as much as scoring a pair in a batched forward pass
-of a small model (py-spy, concurrency 32). This middleware answers the endpoint directly: it
-reads the raw body and hands it to the same handler the route uses (pydantic validates the bytes
-in one ``model_validate_json`` call), then writes the JSON answer. Every other path, and this one
-whenever the route has dependencies (an API-key check added with ``Depends``), goes on to FastAPI
-unchanged, so nothing the route enforces is skipped. Unexpected exceptions still reach
-Starlette's ServerErrorMiddleware.
+FastAPI's middleware (error, telemetry, body limit, exception, exit stack), router, dependency
+solver and body parsing cost the worker ~1.5 ms of event-loop CPU per request, as much as
+scoring a pair in a batched forward pass of a small model (py-spy, concurrency 32). This ASGI
+app, outermost in the worker's stack, answers the endpoint directly: it reads the raw body and
+hands it to the same handler the route uses (pydantic validates the bytes in one
+``model_validate_json`` call), then writes the JSON answer; an unexpected exception is logged
+and answered 500 in OpenAI's error shape. Every other path, and this one whenever the route has
+dependencies (the ``--api-key`` check is one), goes on to FastAPI unchanged, so nothing the
+route enforces is skipped.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
+from pydantic_core import to_json
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["PATH", "RewardsFastPath"]
 
 PATH = "/v1/rewards"
+
+logger = logging.getLogger(__name__)
 
 # raw request body -> (HTTP status, JSON body)
 Handler = Callable[[bytes], Awaitable[tuple[int, bytes]]]
@@ -50,7 +55,12 @@ class RewardsFastPath:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        status, payload = await self.handle(b"".join(chunks))
+        try:
+            status, payload = await self.handle(b"".join(chunks))
+        except Exception as exc:
+            logger.exception("POST %s failed", PATH)
+            error = {"message": f"internal error: {exc}", "type": "server_error"}
+            status, payload = 500, to_json({"error": error | {"param": None, "code": None}})
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(payload)).encode()),

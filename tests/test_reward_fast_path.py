@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -101,3 +102,21 @@ def test_a_route_dependency_such_as_an_auth_check_is_never_skipped() -> None:
     served, refused = asyncio.run(scenario())
     assert served.status_code == 200 and len(served.json()["scores"]) == 1
     assert refused.status_code == 401
+
+
+def test_an_unexpected_handler_failure_is_answered_500_in_openai_shape() -> None:
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("not reached")
+
+    async def broken(raw: bytes) -> tuple[int, bytes]:
+        raise RuntimeError("boom")
+
+    sent = _call(RewardsFastPath(inner, handle=broken, enabled=lambda: True), "POST", PATH, [b"{}"])
+    assert sent[0]["status"] == 500
+    error = json.loads(sent[1]["body"])["error"]
+    assert error == {
+        "message": "internal error: boom",
+        "type": "server_error",
+        "param": None,
+        "code": None,
+    }
