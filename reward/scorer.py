@@ -37,6 +37,11 @@ logger = logging.getLogger(__name__)
 # A tokenizer's model_max_length above this means "unset" (transformers stores 1e30 for that).
 _UNSET_LENGTH = 10**8
 
+# Stands in for the reply in a request's one template render (RewardScorer._render): edge
+# whitespace, think tags, quotes, a backslash and markup, all of which a template that transforms
+# replies (trim, reasoning split, escaping, tojson) would not leave verbatim.
+_SENTINEL = ' \n<think>\n"pandora\'s \\ reply" & <b>{x}</b>\n</think>\n\t '
+
 
 @dataclass(frozen=True, slots=True)
 class EncodedPair:
@@ -125,6 +130,7 @@ class RewardScorer:
         # On an oversubscribed CPU one thread is far faster for small models (ops stop waiting
         # on descheduled threads): ~15x on our shared 2-core test machine.
         self.torch_threads = torch_threads
+        self._splice_replies = True  # until the chat template shows it transforms replies
         self._pad_id = _padding_id(tokenizer)
         head = getattr(model, "score", None)
         self._head = head if isinstance(head, torch.nn.Module) else None
@@ -191,10 +197,19 @@ class RewardScorer:
         """:meth:`encode` for many (messages, response) pairs, with one tokenizer call per batch.
 
         The fast tokenizer encodes a list of texts in one call (in Rust, without a Python round
-        trip per text), which is where batching the encoding saves time; each text is templated
-        and truncated exactly as :meth:`encode` does alone, so the ids are the same.
+        trip per text), which is where batching the encoding saves time. Consecutive pairs that
+        share one ``messages`` object (a request's responses) are templated together (see
+        :meth:`_render`); every text equals its own template render and is truncated exactly as
+        :meth:`encode` does alone, so the ids are the same.
         """
-        texts = [self._template(messages, response) for messages, response in pairs]
+        texts: list[str] = []
+        start = 0
+        while start < len(pairs):
+            messages, end = pairs[start][0], start + 1
+            while end < len(pairs) and pairs[end][0] is messages:
+                end += 1
+            texts += self._render(messages, [response for _, response in pairs[start:end]])
+            start = end
         bos = self.tokenizer.bos_token
         # templates usually write BOS themselves; add special tokens only where they do not
         add_special = [not (bos and text.startswith(bos)) for text in texts]
@@ -208,13 +223,48 @@ class RewardScorer:
                 ids[row] = list(row_ids)
         return [self._truncate(row_ids) for row_ids in ids]
 
-    def _template(self, messages: Sequence[Mapping[str, Any]], response: str) -> str:
+    def _render(self, messages: Sequence[Mapping[str, Any]], responses: list[str]) -> list[str]:
+        """Chat-template texts of one prompt's responses, in two renders rather than one each.
+
+        The dialogue is rendered once with a sentinel reply and split around it; each response is
+        spliced in. That is exact only for a template that inserts the reply verbatim, so: the
+        sentinel carries what templates commonly transform (edge whitespace for ``trim``, think
+        tags for reasoning splits, quotes, backslashes and markup for escaping and ``tojson``) and
+        must come out verbatim, exactly once; the first response is rendered directly and must
+        equal its splice; empty responses are rendered directly. Any failure renders this request
+        pair by pair and turns splicing off for this scorer for good. Below three responses a
+        splice saves nothing.
+        """
         dialogue = [
             {**message, "content": flatten_content(message.get("content"))} for message in messages
         ]
-        dialogue.append({"role": "assistant", "content": response})
+        first = self._apply_template(dialogue, responses[0])
+        if len(responses) < 3 or not self._splice_replies:
+            return [first] + [self._apply_template(dialogue, reply) for reply in responses[1:]]
+        head, found, tail = self._apply_template(dialogue, _SENTINEL).partition(_SENTINEL)
+        if not found or _SENTINEL in tail or head + responses[0] + tail != first:
+            self._splice_replies = False
+            logger.info(
+                "%s's chat template does not insert replies verbatim: no splicing", self.name
+            )
+            return [first] + [self._apply_template(dialogue, reply) for reply in responses[1:]]
+        return [first] + [
+            head + reply + tail if reply else self._apply_template(dialogue, reply)
+            for reply in responses[1:]
+        ]
+
+    def _template(self, messages: Sequence[Mapping[str, Any]], response: str) -> str:
+        """The template render of one pair (the reference :meth:`_render` must reproduce)."""
+        dialogue = [
+            {**message, "content": flatten_content(message.get("content"))} for message in messages
+        ]
+        return self._apply_template(dialogue, response)
+
+    def _apply_template(self, dialogue: list[dict[str, Any]], response: str) -> str:
         return self.tokenizer.apply_chat_template(
-            dialogue, tokenize=False, add_generation_prompt=False
+            [*dialogue, {"role": "assistant", "content": response}],
+            tokenize=False,
+            add_generation_prompt=False,
         )
 
     def _truncate(self, ids: list[int]) -> EncodedPair:
