@@ -310,6 +310,19 @@ def summarize(results: list[Measurement]) -> list[dict[str, float | int | str]]:
         )
         if "on_items_per_s" in row and "off_items_per_s" in row:
             row["speedup"] = float(row["on_items_per_s"]) / float(row["off_items_per_s"])
+        # each round's on/off ratio, the two modes measured back to back under the same load
+        rates = {
+            (r.mode, r.round): r.items_per_second for r in results if r.concurrency == concurrency
+        }
+        ratios = [
+            rates["on", rnd] / rates["off", rnd]
+            for rnd in sorted({rnd for _, rnd in rates})
+            if ("on", rnd) in rates and ("off", rnd) in rates and rates["off", rnd] > 0
+        ]
+        if ratios:
+            row["round_speedups"] = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+            row["round_speedup_median"] = statistics.median(ratios)
+            row["round_speedup_min"] = min(ratios)
         rows.append(row)
     return rows
 
@@ -317,6 +330,7 @@ def summarize(results: list[Measurement]) -> list[dict[str, float | int | str]]:
 def _print(rows: list[dict[str, float | int | str]]) -> None:
     header = (
         "concurrency | tokens/item | on items/s (p50/p95 ms) | off items/s (p50/p95 ms) | on/off"
+        " | per round on/off (median, min)"
     )
     print(header)
     print("-" * len(header))
@@ -331,6 +345,11 @@ def _print(rows: list[dict[str, float | int | str]]) -> None:
             else:
                 cells.append("-")
         cells.append(f"{row['speedup']:.2f}x" if "speedup" in row else "-")
+        if "round_speedups" in row:
+            cells.append(
+                f"{row['round_speedups']} ({row['round_speedup_median']:.2f}x, "
+                f"{row['round_speedup_min']:.2f}x)"
+            )
         print(" | ".join(cells))
 
 
@@ -339,8 +358,10 @@ async def _run_plan(
 ) -> list[Measurement]:
     results = []
     for round_index in range(args.rounds):
+        # the modes alternate, side by side in time, and take turns going first
+        order = list(urls.items()) if round_index % 2 == 0 else list(urls.items())[::-1]
         for concurrency in args.concurrency:
-            for mode, url in urls.items():  # the modes alternate, side by side in time
+            for mode, url in order:
                 result = await measure(
                     url,
                     mode=mode,

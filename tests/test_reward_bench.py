@@ -46,3 +46,5 @@ def test_summary_takes_medians_per_mode_and_the_on_off_ratio() -> None:
     (row,) = summarize(results)
     assert row["on_items_per_s"] == 300 and row["off_items_per_s"] == 100
     assert row["speedup"] == 3.0
+    assert row["round_speedups"] == "3.00, 0.82, 6.20"  # the same round's modes paired
+    assert row["round_speedup_median"] == 3.0 and row["round_speedup_min"] == 90 / 110
