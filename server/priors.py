@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 import stoppers
 from stoppers.deployment import DeploymentPrior, PriorMode
 
-__all__ = ["PRIOR_MODES", "PriorStore", "prior_mode_for"]
+__all__ = ["PRIOR_MODES", "UPDATE_RESULTS", "PriorStore", "prior_mode_for"]
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server import metrics as gateway_metrics
 from server.auth import key_matches
 from server.config import Settings
+from server.priors import UPDATE_RESULTS
 from tests.fakes import FakeReward, FakeUpstream, Fault
 from tests.fakes.gateway import start_gateway
 from tests.fakes.policies import StopAbove
@@ -306,6 +307,7 @@ ALLOWED_LABELS = {
     "outcome": set(gateway_metrics.CANDIDATE_OUTCOMES),
     "kind": {*gateway_metrics.TOKEN_KINDS, *gateway_metrics.UPSTREAM_ERROR_KINDS},
     "reason": set(gateway_metrics.STOP_REASONS),
+    "result": set(UPDATE_RESULTS),  # pandora_prior_updates_total
 }
 HOSTILE = [
     "<script>alert(1)</script>",
