@@ -99,6 +99,12 @@ def check_supported(body: dict[str, Any]) -> None:
     _number(body, "top_p", 0.0, 1.0)
     _number(body, "min_p", 0.0, 1.0)
     _number(body, "repetition_penalty", 0.0, 100.0)
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise EmbeddedRequestError(f"{name} must be a positive integer, got {value!r}", name)
     top_k = body.get("top_k")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)):
         raise EmbeddedRequestError(f"top_k must be an integer, got {top_k!r}", "top_k")

@@ -137,6 +137,8 @@ def test_stop_matcher_holds_back_possible_prefixes():
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"stop": 5}, "stop"),
         ({"temperature": -1}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_completion_tokens": "5"}, "max_completion_tokens"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
             "messages.0.content",
