@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -96,6 +96,10 @@ class Measurement:
     latency_p95_ms: float
     errors: int
     tokens_per_item: float
+    # CPU the scorer side spent per item in the window (the worker process; the whole process
+    # in-process), or NaN where it cannot be read: what batching saves in work, whatever share
+    # of a busy machine the worker got, unlike items/s
+    cpu_ms_per_item: float = float("nan")
 
 
 def _responses(count: int, mean_words: int, rng: random.Random) -> list[str]:
@@ -158,11 +162,12 @@ async def measure(
     response_words: int,
     round_index: int = 0,
     seed: int = 0,
+    cpu_clock: Callable[[], float] | None = None,
 ) -> Measurement:
     """Closed loop: ``concurrency`` clients each send a request as soon as the last returns.
 
     ``target`` is a worker's URL, or a :class:`LocalRewardBackend` to measure the batcher and
-    model without HTTP (``--in-process``).
+    model without HTTP (``--in-process``). ``cpu_clock`` reads the scorer side's CPU seconds.
     """
     rng = random.Random(seed)
     pool = [_responses(responses_per_request, response_words, rng) for _ in range(256)]
@@ -205,10 +210,12 @@ async def measure(
     await asyncio.gather(*(loop(w, warm) for w in range(concurrency)))
     latencies.clear()
     tokens.clear()
+    cpu_started = cpu_clock() if cpu_clock else float("nan")
     started = time.perf_counter()
     await asyncio.gather(*(loop(w, started + seconds) for w in range(concurrency)))
     elapsed = time.perf_counter() - started
     items = len(latencies) * responses_per_request
+    cpu = (cpu_clock() - cpu_started) if cpu_clock else float("nan")
     cuts = statistics.quantiles(latencies, n=20) if len(latencies) >= 2 else [0.0] * 19
     return Measurement(
         mode=mode,
@@ -221,7 +228,22 @@ async def measure(
         latency_p95_ms=1000 * cuts[18],
         errors=errors,
         tokens_per_item=sum(tokens) / max(items, 1),
+        cpu_ms_per_item=1000 * cpu / items if items else float("nan"),
     )
+
+
+def process_cpu_clock(pid: int) -> Callable[[], float] | None:
+    """CPU seconds (user + system) of process ``pid`` so far, from /proc (None off Linux)."""
+    stat = Path(f"/proc/{pid}/stat")
+    if not stat.exists():
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def read() -> float:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    return read
 
 
 def _free_port() -> int:
@@ -231,8 +253,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def worker(model: str, max_batch_size: int, args: argparse.Namespace) -> Iterator[str]:
-    """A ``pandora reward-worker`` subprocess on a free local port; stopped on exit."""
+def worker(
+    model: str, max_batch_size: int, args: argparse.Namespace
+) -> Iterator[tuple[str, Callable[[], float] | None]]:
+    """A ``pandora reward-worker`` subprocess on a free local port, with its CPU clock; stopped
+    on exit."""
     port = _free_port()
     command = [
         sys.executable,
@@ -272,7 +297,7 @@ def worker(model: str, max_batch_size: int, args: argparse.Namespace) -> Iterato
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                     break
             time.sleep(0.2)
-        yield url
+        yield url, process_cpu_clock(process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -305,6 +330,7 @@ def summarize(results: list[Measurement]) -> list[dict[str, float | int | str]]:
                 row[f"{mode}_p50_ms"] = statistics.median(r.latency_p50_ms for r in runs)
                 row[f"{mode}_p95_ms"] = statistics.median(r.latency_p95_ms for r in runs)
                 row[f"{mode}_errors"] = sum(r.errors for r in runs)
+                row[f"{mode}_cpu_ms_per_item"] = statistics.median(r.cpu_ms_per_item for r in runs)
         row["tokens_per_item"] = statistics.mean(
             r.tokens_per_item for r in results if r.concurrency == concurrency
         )
@@ -319,6 +345,10 @@ def summarize(results: list[Measurement]) -> list[dict[str, float | int | str]]:
             for rnd in sorted({rnd for _, rnd in rates})
             if ("on", rnd) in rates and ("off", rnd) in rates and rates["off", rnd] > 0
         ]
+        if "on_cpu_ms_per_item" in row and "off_cpu_ms_per_item" in row:
+            row["cpu_speedup"] = float(row["off_cpu_ms_per_item"]) / float(
+                row["on_cpu_ms_per_item"]
+            )
         if ratios:
             row["round_speedups"] = ", ".join(f"{ratio:.2f}" for ratio in ratios)
             row["round_speedup_median"] = statistics.median(ratios)
@@ -330,7 +360,7 @@ def summarize(results: list[Measurement]) -> list[dict[str, float | int | str]]:
 def _print(rows: list[dict[str, float | int | str]]) -> None:
     header = (
         "concurrency | tokens/item | on items/s (p50/p95 ms) | off items/s (p50/p95 ms) | on/off"
-        " | per round on/off (median, min)"
+        " | per round on/off (median, min) | CPU ms/item on, off (off/on)"
     )
     print(header)
     print("-" * len(header))
@@ -345,25 +375,35 @@ def _print(rows: list[dict[str, float | int | str]]) -> None:
             else:
                 cells.append("-")
         cells.append(f"{row['speedup']:.2f}x" if "speedup" in row else "-")
-        if "round_speedups" in row:
-            cells.append(
-                f"{row['round_speedups']} ({row['round_speedup_median']:.2f}x, "
-                f"{row['round_speedup_min']:.2f}x)"
-            )
+        cells.append(
+            f"{row['round_speedups']} ({row['round_speedup_median']:.2f}x, "
+            f"{row['round_speedup_min']:.2f}x)"
+            if "round_speedups" in row
+            else "-"
+        )
+        cpu = [
+            f"{row[f'{mode}_cpu_ms_per_item']:.2f}"
+            for mode in MODES
+            if f"{mode}_items_per_s" in row
+        ]
+        cells.append(
+            ", ".join(cpu) + (f" ({row['cpu_speedup']:.2f}x)" if "cpu_speedup" in row else "")
+        )
         print(" | ".join(cells))
 
 
-async def _run_plan(
-    urls: dict[str, str | LocalRewardBackend], args: argparse.Namespace
-) -> list[Measurement]:
+Target = tuple[str | LocalRewardBackend, Callable[[], float] | None]  # and its CPU clock
+
+
+async def _run_plan(targets: dict[str, Target], args: argparse.Namespace) -> list[Measurement]:
     results = []
     for round_index in range(args.rounds):
         # the modes alternate, side by side in time, and take turns going first
-        order = list(urls.items()) if round_index % 2 == 0 else list(urls.items())[::-1]
+        order = list(targets.items()) if round_index % 2 == 0 else list(targets.items())[::-1]
         for concurrency in args.concurrency:
-            for mode, url in order:
+            for mode, (target, cpu_clock) in order:
                 result = await measure(
-                    url,
+                    target,
                     mode=mode,
                     concurrency=concurrency,
                     seconds=args.seconds,
@@ -371,10 +411,12 @@ async def _run_plan(
                     response_words=args.response_words,
                     round_index=round_index,
                     seed=round_index,
+                    cpu_clock=cpu_clock,
                 )
                 print(
                     f"round {round_index} c={concurrency:<3} batching {mode:<3}: "
-                    f"{result.items_per_second:8.1f} items/s, p50 {result.latency_p50_ms:.0f} ms",
+                    f"{result.items_per_second:8.1f} items/s, p50 {result.latency_p50_ms:.0f} ms, "
+                    f"{result.cpu_ms_per_item:.2f} CPU ms/item",
                     file=sys.stderr,
                 )
                 results.append(result)
@@ -388,17 +430,19 @@ async def _run_in_process(model: str, args: argparse.Namespace) -> list[Measurem
     scorer = RewardScorer.from_pretrained(
         model, device=args.device, dtype=args.dtype, torch_threads=args.torch_threads
     )
-    backends: dict[str, str | LocalRewardBackend] = {
+    backends = {
         mode: LocalRewardBackend(
             model, max_batch_size=size, max_wait_ms=args.max_wait_ms, load_scorer=lambda: scorer
         )
         for mode, size in MODES.items()
     }
     try:
-        return await _run_plan(backends, args)
+        targets: dict[str, Target] = {
+            mode: (backend, time.process_time) for mode, backend in backends.items()
+        }
+        return await _run_plan(targets, args)
     finally:
         for backend in backends.values():
-            assert not isinstance(backend, str)
             await backend.aclose()
 
 
@@ -432,9 +476,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="pandora-bench-") as scratch:
         if args.url:
-            results = asyncio.run(_run_plan({"on": args.url}, args))
+            results = asyncio.run(_run_plan({"on": (args.url, None)}, args))
         else:
             model = _tiny_model(scratch) if args.tiny else args.model
             results = []
@@ -443,14 +488,14 @@ def main(argv: list[str] | None = None) -> int:
                     results = asyncio.run(_run_in_process(model, args))
                 elif args.sequential:
                     for mode, size in MODES.items():
-                        with worker(model, size, args) as url:
-                            results += asyncio.run(_run_plan({mode: url}, args))
+                        with worker(model, size, args) as target:
+                            results += asyncio.run(_run_plan({mode: target}, args))
                 else:
-                    urls = {
+                    targets: dict[str, Target] = {
                         mode: stack.enter_context(worker(model, size, args))
                         for mode, size in MODES.items()
                     }
-                    results = asyncio.run(_run_plan(urls, args))
+                    results = asyncio.run(_run_plan(targets, args))
     rows = summarize(results)
     print(
         f"\nreward worker benchmark{' (in-process, no HTTP)' if args.in_process else ''}, "
@@ -458,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         f"device={args.device}, {args.responses_per_request} response(s)/request of "
         f"~{args.response_words} words, {args.rounds} rounds x {args.seconds:g}s, "
         f"torch threads={args.torch_threads or 'default'}, cpus={os.cpu_count()}, "
-        f"load average {os.getloadavg()[0]:.1f}; medians over rounds"
+        f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}; medians over rounds"
     )
     _print(rows)
     if args.json:

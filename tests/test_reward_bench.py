@@ -4,11 +4,15 @@ summary pairs the modes. Timings are measured by running `python -m reward.bench
 from __future__ import annotations
 
 import asyncio
+import math
+import os
+import time
 
+import pytest
 from reward_fixtures import load_tiny_scorer, serve
 
 from reward.app import create_app
-from reward.bench import Measurement, measure, summarize
+from reward.bench import Measurement, measure, process_cpu_clock, summarize
 from reward.local import LocalRewardBackend
 from reward.settings import WorkerSettings
 
@@ -20,7 +24,14 @@ def test_load_generators_score_through_http_and_in_process() -> None:
     async def in_process() -> Measurement:
         backend = LocalRewardBackend("tiny", load_scorer=lambda: scorer)
         try:
-            return await measure(backend, mode="on", **options)
+            return await measure(backend, mode="on", cpu_clock=time.process_time, **options)
+        finally:
+            await backend.aclose()
+
+    async def in_process_without_clock() -> Measurement:
+        backend = LocalRewardBackend("tiny", load_scorer=lambda: scorer)
+        try:
+            return await measure(backend, mode="on", **(options | {"seconds": 0.1}))
         finally:
             await backend.aclose()
 
@@ -28,18 +39,21 @@ def test_load_generators_score_through_http_and_in_process() -> None:
     with serve(app) as url:
         while not app.state.backend.loaded:
             asyncio.run(asyncio.sleep(0.02))
-        over_http = asyncio.run(measure(url, mode="off", **options))
+        clock = process_cpu_clock(os.getpid())  # the test's own process serves here
+        over_http = asyncio.run(measure(url, mode="off", cpu_clock=clock, **options))
     local = asyncio.run(in_process())
     for result in (over_http, local):
         assert result.errors == 0
         assert result.items > 0 and result.items % 2 == 0
         assert result.items_per_second > 0 and result.latency_p50_ms > 0
         assert 10 < result.tokens_per_item < 200
+        assert 0 < result.cpu_ms_per_item < 1000
+    assert math.isnan(asyncio.run(in_process_without_clock()).cpu_ms_per_item)
 
 
 def test_summary_takes_medians_per_mode_and_the_on_off_ratio() -> None:
     def m(mode: str, rate: float, rnd: int) -> Measurement:
-        return Measurement(mode, 32, rnd, 100, 1.0, rate, 10.0, 20.0, 0, 50.0)
+        return Measurement(mode, 32, rnd, 100, 1.0, rate, 10.0, 20.0, 0, 50.0, 1000 / rate)
 
     results = [m("on", 300, 0), m("on", 90, 1), m("on", 310, 2), m("off", 100, 0)]
     results += [m("off", 110, 1), m("off", 50, 2)]
@@ -47,4 +61,5 @@ def test_summary_takes_medians_per_mode_and_the_on_off_ratio() -> None:
     assert row["on_items_per_s"] == 300 and row["off_items_per_s"] == 100
     assert row["speedup"] == 3.0
     assert row["round_speedups"] == "3.00, 0.82, 6.20"  # the same round's modes paired
+    assert row["cpu_speedup"] == pytest.approx(3.0)  # median CPU per item, off over on
     assert row["round_speedup_median"] == 3.0 and row["round_speedup_min"] == 90 / 110
