@@ -181,3 +181,26 @@ def test_histogram_geometry_matches_the_shape_prior():
     prior.s_counts[0] = 1.0
     shape = CostShape.from_prior(prior, 0.99)
     assert abs(shape.z[0]) <= (Z_HI - Z_LO) / Z_BINS
+
+
+def test_dispersion_is_about_one_for_a_shared_shape_and_large_for_different_shapes():
+    shared = _learned(lambda rng, n: rng.standard_normal(n), requests=60, n=200)
+    assert 0.5 < shared.dispersion < 1.6
+
+    def two_shapes(rng, n):  # half the prompts normal, half with a better mode (25% at +3)
+        bulk = rng.standard_normal(n)
+        if rng.random() < 0.5:
+            return bulk
+        return np.where(rng.random(n) < 0.25, rng.normal(3.0, 0.5, n), bulk)
+
+    assert _learned(two_shapes, requests=60, n=200).dispersion > 1.6
+    restored = CostShapePrior.from_dict(json.loads(json.dumps(shared.to_dict())))
+    assert restored.dispersion == pytest.approx(shared.dispersion)
+
+
+def test_policy_keeps_to_its_cold_start_when_prompts_do_not_share_a_shape():
+    prior = _normal_prior()
+    assert ShapePandora(1e-3, prior=prior).warm
+    prior.tail_hits_sq *= 10.0  # the same counts, far more spread across requests
+    assert prior.dispersion > 1.6
+    assert not ShapePandora(1e-3, prior=prior).warm
