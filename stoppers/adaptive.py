@@ -303,14 +303,25 @@ def default_target_policy(
     min_samples: int | None = None,
     prior: DeploymentPrior | None = None,
 ) -> StoppingPolicy:
-    """The gateway's policy for a target acceptance rate (currently :class:`TargetAcceptance`).
+    """The gateway's policy for a target acceptance rate:
+    :class:`stoppers.robust.pooled_target.PooledTargetAcceptance`.
 
-    ``prior`` (from :func:`stoppers.deployment.new_deployment_prior`) is accepted for a uniform
-    factory signature; the paper's rule learns nothing across prompts and ignores it.
+    It learns the reward shape across the deployment's requests from ``prior`` (a
+    :class:`~stoppers.robust.shape_prior.ShapePrior`, what
+    ``new_deployment_prior("target")`` returns); without one, or while the prior has seen
+    fewer than ``COLD_START`` requests, it runs :class:`stoppers.robust.TailTargetAcceptance`.
+    It replaced the paper's :class:`TargetAcceptance` after the sequential replay in the
+    README section "Target mode on a deployment". A prior of another class is ignored.
     """
-    del prior
-    return TargetAcceptance(
-        target, max_samples=max_samples, min_samples=_min_samples(min_samples, max_samples)
+    from stoppers.robust.pooled_target import PooledTargetAcceptance
+    from stoppers.robust.shape_prior import ShapePrior
+
+    _check_positive_int("max_samples", max_samples)
+    return PooledTargetAcceptance(
+        target,
+        prior=prior if isinstance(prior, ShapePrior) else None,
+        max_samples=max_samples,
+        min_samples=min_samples,
     )
 
 

@@ -35,12 +35,13 @@ class DeploymentPrior(Protocol):
 
 def new_deployment_prior(mode: PriorMode) -> DeploymentPrior:
     """A fresh prior for the default policy of ``mode`` (what the gateway keeps per model)."""
-    from stoppers.robust.prior import TailPrior  # stoppers.robust imports this package
 
     if mode == "cost":
         from stoppers.robust.shape_cost import cost_shape_prior
 
         return cost_shape_prior()  # the learned reward shape ShapePandora reads
     if mode == "target":
-        return TailPrior()
+        from stoppers.robust.shape_prior import ShapePrior  # PooledTargetAcceptance's prior
+
+        return ShapePrior()
     raise ValueError(f"mode must be 'cost' or 'target', got {mode!r}")

@@ -137,3 +137,20 @@ def test_validation_and_min_samples():
 def test_from_dict_refuses_states_it_could_not_have_written(state):
     with pytest.raises(ValueError):
         ShapePrior.from_dict({"requests": 1, **state})
+
+
+def test_default_target_policy_uses_the_deployment_prior():
+    import stoppers
+
+    prior = stoppers.new_deployment_prior("target")
+    assert isinstance(prior, ShapePrior)
+    cold = stoppers.default_target_policy(0.9, max_samples=64, prior=prior)
+    assert isinstance(cold, PooledTargetAcceptance) and cold.cold
+    rng = np.random.default_rng(2)
+    for _ in range(12):
+        assert prior.update(rng.normal(size=40).tolist())
+    warm = stoppers.default_target_policy(0.9, max_samples=64, prior=prior)
+    assert not warm.cold and warm.min_samples == 8
+    restored = ShapePrior.from_dict(json.loads(json.dumps(prior.to_dict())))
+    again = stoppers.default_target_policy(0.9, max_samples=64, prior=restored)
+    assert again._table == warm._table

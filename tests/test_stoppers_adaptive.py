@@ -175,7 +175,7 @@ def test_lower_cost_means_more_samples_and_defaults_are_used() -> None:
 
     factories = (
         (default_cost_policy, 1e-3, TAIL_MIN_SAMPLES),  # TailPandora since the robust replay
-        (default_target_policy, 0.9, DEFAULT_MIN_SAMPLES),  # the paper's TargetAcceptance
+        (default_target_policy, 0.9, TAIL_MIN_SAMPLES),  # PooledTargetAcceptance (robust)
     )
     for factory, arg, default_min in factories:
         small = factory(arg, max_samples=8)
