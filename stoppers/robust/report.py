@@ -51,18 +51,26 @@ def _ratios(row: dict) -> tuple[float, float]:
 
 
 def cost_table(root: Path) -> str:
-    """ShapePandora (sequential deployment replay: all prompts, and only those served after
-    the prior had learned from 8 requests), TailPandora, the paper's rule, Patience(5)."""
+    """TailPandora (the default), ShapePandora (sequential deployment replay: all prompts, and
+    those served after 8 prior updates), the paper's rule, Patience(5)."""
     lines = [
-        "| family | c | **ShapePandora**, all prompts (cold start included): ÷ best fixed N"
+        "| family | c | **TailPandora** (default): ÷ best fixed N (median per prompt) · ÷ oracle"
+        " · samples | ShapePandora (opt-in), all prompts (cold start included): ÷ fixed"
         " · ÷ oracle · samples | ShapePandora, warm prompts only: ÷ fixed · ÷ oracle"
-        " | TailPandora: ÷ fixed (median per prompt) · ÷ oracle · samples"
         " | paper AdaptiveBestOfN: ÷ fixed · ÷ oracle | Patience(5) ÷ fixed | best fixed N |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for family in FAMILIES:
         for cost in COSTS:
             cells, best_n = [], "—"
+            row = _profit_row(_load(root, family, "tail-cost"), cost)
+            if row is None:
+                cells.append("—")
+            else:
+                fixed, oracle = _ratios(row)
+                best_n = row["best_fixed_n"]
+                samples = row["mean_samples"]
+                cells.append(f"**{fixed:.3f}** ({row['ratio']:.3f}) · {oracle:.3f} · {samples:.0f}")
             shape = _load(root, family, "shape-cost") or {}
             for key in ("profit", "profit_warm"):
                 row = _profit_row({"profit": shape.get(key, [])}, cost)
@@ -71,28 +79,18 @@ def cost_table(root: Path) -> str:
                     continue
                 fixed, oracle = _ratios(row)
                 best_n = row["best_fixed_n"]
-                cell = (
-                    f"**{fixed:.3f}** · {oracle:.3f}"
-                    if key == "profit"
-                    else f"{fixed:.3f} · {oracle:.3f}"
-                )
-                if key == "profit":
-                    cell += f" · {row['mean_samples']:.0f}"
-                cells.append(cell)
-            for policy in ("tail-cost", "adaptive", "patience"):
+                cell = f"{fixed:.3f} · {oracle:.3f}"
+                cells.append(cell + (f" · {row['mean_samples']:.0f}" if key == "profit" else ""))
+            for policy in ("adaptive", "patience"):
                 row = _profit_row(_load(root, family, policy), cost)
                 if row is None:
                     cells.append("—")
                     continue
                 fixed, oracle = _ratios(row)
                 best_n = row["best_fixed_n"]
-                if policy == "tail-cost":
-                    samples = row["mean_samples"]
-                    cells.append(f"{fixed:.3f} ({row['ratio']:.3f}) · {oracle:.3f} · {samples:.0f}")
-                elif policy == "adaptive":
-                    cells.append(f"{fixed:.3f} · {oracle:.3f}")
-                else:
-                    cells.append(f"{fixed:.3f}")
+                cells.append(
+                    f"{fixed:.3f} · {oracle:.3f}" if policy == "adaptive" else f"{fixed:.3f}"
+                )
             lines.append(f"| {_label(family)} | {cost:g} | " + " | ".join(cells) + f" | {best_n} |")
     return "\n".join(lines)
 
