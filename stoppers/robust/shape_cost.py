@@ -56,7 +56,7 @@ EXACT_UNTIL = 32
 WARM_REQUESTS = 8
 INFLATION = 1.0
 # A request's draws count towards the shape from its 25th on (predictive standardisation,
-# :meth:`ShapePrior._standardise`): earlier ones, standardised by 3-20 rewards' mean and sd,
+# :meth:`ShapePrior._standardise`): earlier ones, standardised by 4-23 rewards' mean and sd,
 # made the pooled tail too heavy (normal rewards: 0.935 of the oracle's profit at c = 1e-3 with
 # the default 4, 0.953 with 24; deployment replay, 30 prompts x 10 orderings).
 COST_PRIOR_MIN_REWARDS = 24
