@@ -154,3 +154,19 @@ def test_default_target_policy_uses_the_deployment_prior():
     restored = ShapePrior.from_dict(json.loads(json.dumps(prior.to_dict())))
     again = stoppers.default_target_policy(0.9, max_samples=64, prior=restored)
     assert again._table == warm._table
+
+
+def test_target_report_runs_and_renders(tmp_path):
+    from stoppers.robust import target_report
+
+    rng = np.random.default_rng(4)
+    rewards = rng.normal(size=(14, 60)) * np.exp(rng.normal(0, 0.3, size=(14, 1)))
+    np.savez(tmp_path / "p.npz", rewards=rewards)
+    out = tmp_path / "rep"
+    for policy in ("pooled", "paper"):
+        args = ["run", str(tmp_path / "p.npz"), "--name", "p", "--policy", policy]
+        assert target_report.main([*args, "--orderings", "2", "--out", str(out)]) == 0
+    data = json.loads((out / "p-pooled.json").read_text())
+    assert set(data["rows"]["0.9"]) == {"all", "warm", "cold", "reasons"}
+    table = target_report.render_table(out, ["p"])
+    assert table.count("| p |") == 4  # pooled all / warm / cold start + paper
