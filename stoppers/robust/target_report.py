@@ -125,6 +125,43 @@ def render_table(directory: Path, pools: list[str]) -> str:
     return "\n".join(lines)
 
 
+def write_figure(directory: Path, pools: list[str], path: Path) -> Path:
+    """Achieved acceptance vs target per pool (new policy warm and all, paper's rule)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(len(pools), 5)
+    rows_n = -(-len(pools) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(2.4 * cols, 2.4 * rows_n), sharey=True)
+    axes = np.atleast_1d(axes).ravel()
+    for ax in axes[len(pools) :]:
+        ax.set_visible(False)
+    styles = (("pooled", "warm", "C0", "pooled (warm)"), ("pooled", "all", "C9", "pooled (all)"))
+    styles += (("paper", "all", "C3", "paper"),)
+    for ax, pool in zip(axes, pools, strict=False):
+        ax.plot([0.65, 1.0], [0.65, 1.0], color="0.6", lw=0.8)
+        ax.fill_between([0.65, 1.0], [0.62, 0.97], [0.68, 1.03], color="0.9")
+        for policy, part, color, label in styles:
+            path_in = directory / f"{pool}-{policy}.json"
+            if not path_in.exists():
+                continue
+            rows = json.loads(path_in.read_text())["rows"]
+            ys = [rows[str(t)][part]["achieved_acceptance"] for t in TARGETS]
+            ax.plot(TARGETS, ys, "o-", color=color, ms=3, lw=1, label=label)
+        ax.set_title(pool, fontsize=8)
+        ax.set_xlabel("target", fontsize=7)
+        ax.tick_params(labelsize=6)
+    for ax in axes[::cols]:
+        ax.set_ylabel("achieved (median over prompts)", fontsize=7)
+    axes[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -140,9 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     table = sub.add_parser("table", help="print the markdown table from the JSON files")
     table.add_argument("--out", default="target-report")
     table.add_argument("pools", nargs="+")
+    table.add_argument("--figure", help="also write achieved-vs-target PNG here")
     args = parser.parse_args(argv)
     if args.command == "table":
         print(render_table(Path(args.out), args.pools))
+        if args.figure:
+            write_figure(Path(args.out), args.pools, Path(args.figure))
         return 0
     rewards = np.load(args.file)["rewards"]
     if args.prompts:
