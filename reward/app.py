@@ -60,10 +60,12 @@ def create_app(
     registry: CollectorRegistry | None = None,
     load_scorer: Callable[[], RewardScorer] | None = None,
     on_load_failure: Callable[[BaseException], None] | None = None,
+    on_loaded: Callable[[], None] | None = None,
 ) -> FastAPI:
     """Build the worker app. ``load_scorer`` replaces how the model loads (tests); ``registry``
     receives the metrics (a fresh one by default); ``on_load_failure`` lets the CLI exit when the
-    model cannot load instead of answering 503 forever."""
+    model cannot load instead of answering 503 forever; ``on_loaded`` runs on the event loop once
+    the model has loaded (the CLI freezes the heap there)."""
     registry = registry if registry is not None else CollectorRegistry()
     metrics = RewardMetrics(registry)
     backend = LocalRewardBackend(
@@ -88,6 +90,8 @@ def create_app(
             if on_load_failure is not None:
                 on_load_failure(exc)
             return
+        if on_loaded is not None:
+            on_loaded()
         metrics.model_loaded.set(1)
         logger.info("reward model %s loaded; serving", settings.model)
 

@@ -7,6 +7,7 @@ torch, transformers, fastapi and uvicorn load inside :func:`run`.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from typing import Any
@@ -75,6 +76,15 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def freeze_heap() -> None:
+    """Move everything alive once the model has loaded (torch, transformers, the model's modules)
+    out of the garbage collector's full scans (``gc.freeze``): they live as long as the process,
+    and scanning them on every full collection stalls the event loop and the batcher for tens of
+    milliseconds (the gateway measured 65-73 ms for its smaller heap; ``server.uvicorn_server``)."""
+    gc.collect()
+    gc.freeze()
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
@@ -100,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         failed.append(exc)
         server.should_exit = True
 
-    app = create_app(settings, on_load_failure=stop)
+    app = create_app(settings, on_load_failure=stop, on_loaded=freeze_heap)
     server = uvicorn.Server(
         uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level)
     )

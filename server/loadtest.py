@@ -108,6 +108,7 @@ def _gateway_role(upstream_url: str, port: int, mode: str) -> None:
 
     from server.app import create_app
     from server.config import Settings
+    from server.uvicorn_server import FrozenHeapServer
 
     upstream_port = urlsplit(upstream_url).port
     settings = Settings(upstream_url=upstream_url, default_mode=mode, host=HOST, port=port)
@@ -115,7 +116,7 @@ def _gateway_role(upstream_url: str, port: int, mode: str) -> None:
     config = uvicorn.Config(
         app, host=HOST, port=port, log_level="warning", access_log=False, backlog=4096
     )
-    server = uvicorn.Server(config)
+    server = FrozenHeapServer(config)  # as `pandora serve` runs
 
     def stats_loop(loop: asyncio.AbstractEventLoop) -> None:
         async def tasks() -> int:

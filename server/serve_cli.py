@@ -133,9 +133,8 @@ def run(args: argparse.Namespace) -> int:
 
     import logging
 
-    import uvicorn
-
     from server.app import create_app
+    from server.uvicorn_server import serve
 
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
@@ -161,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(settings, upstream=upstream, reward=reward)
     except ValueError as exc:
         return _fail(f"invalid configuration: {exc}")
-    uvicorn.run(
+    serve(
         app,
         host=settings.host,
         port=settings.port,

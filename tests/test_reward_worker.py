@@ -235,3 +235,44 @@ def test_worker_client_scores_through_the_worker_and_maps_failures(
             await client.aclose()
 
     asyncio.run(unreachable())
+
+
+def test_on_loaded_runs_once_after_the_model_loads(scorer: RewardScorer) -> None:
+    release = threading.Event()
+    calls: list[float] = []
+
+    def slow_load() -> RewardScorer:
+        release.wait(20)
+        return scorer
+
+    app = create_app(_settings(), load_scorer=slow_load, on_loaded=lambda: calls.append(1))
+    with serve(app) as url:
+        time.sleep(0.1)
+        assert calls == []  # still loading
+        release.set()
+        _wait_healthy(url)
+        deadline = time.monotonic() + 10
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        httpx.post(f"{url}/v1/rewards", json={"messages": PROMPT, "responses": ["a"]})
+    assert calls == [1]
+
+
+def test_worker_cli_freezes_the_heap_once_loaded(monkeypatch) -> None:
+    import argparse
+
+    import reward.cli
+
+    parser = argparse.ArgumentParser()
+    reward.cli.register(parser.add_subparsers())
+    args = parser.parse_args(["reward-worker", "--model", "m"])
+    captured: dict[str, object] = {}
+
+    def fake_create_app(settings, **kwargs):
+        captured.update(kwargs)
+        raise SystemExit(0)  # stop before uvicorn starts
+
+    monkeypatch.setattr("reward.app.create_app", fake_create_app)
+    with pytest.raises(SystemExit):
+        reward.cli.run(args)
+    assert captured["on_loaded"] is reward.cli.freeze_heap
