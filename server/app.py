@@ -116,6 +116,7 @@ def create_app(
             if priors is not None:
                 priors.load()
                 stack.callback(priors.save)  # on shutdown (no-op without a state file)
+                stack.push_async_callback(priors.aclose)  # the table-build thread, before save
             backend = reward
             if backend is None:
                 backend = _default_reward(settings)

@@ -12,8 +12,13 @@ each request that finished normally, with the rewards in the order the policy sa
   ``from_dict``. A state saved by another class (the default policy changed) is dropped with
   one warning: a fresh prior is safe, a misread one is not.
 - Persistence is a small JSON file written atomically (temp file + ``os.replace``).
+- A prior whose policy needs derived tables (the target prior's stop tables, ~0.1-0.3 s of CPU
+  each) gets them built off the event loop by :class:`server.table_builds.TableBuilds` (one
+  worker thread); the store attaches it to every prior it creates or restores, and
+  :meth:`PriorStore.aclose` stops it.
 
-Single asyncio loop, no locks: every call happens on the gateway's event loop.
+Single asyncio loop, no locks: every call happens on the gateway's event loop (table builds run
+on copies of the prior's histograms and are installed back on the loop).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 import stoppers
+from server.table_builds import MAX_PENDING, TableBuilds
 from stoppers.deployment import DeploymentPrior, PriorMode
 
 __all__ = ["PRIOR_MODES", "UPDATE_RESULTS", "PriorStore", "prior_mode_for"]
@@ -68,6 +74,7 @@ class PriorStore:
         path: Path | None = None,
         save_every: int = 50,
         registry: CollectorRegistry | None = None,
+        max_pending_builds: int = MAX_PENDING,
     ) -> None:
         if max_models < 1:
             raise ValueError(f"max_models must be >= 1, got {max_models}")
@@ -92,6 +99,7 @@ class PriorStore:
             "Deployment priors held (one per model and mode; bounded LRU)",
             registry=registry,
         )
+        self.builds = TableBuilds(max_pending=max_pending_builds, registry=registry)
 
     def __len__(self) -> int:
         return len(self._priors)
@@ -112,6 +120,7 @@ class PriorStore:
         return prior
 
     def _insert(self, key: tuple[str, PriorMode], prior: DeploymentPrior) -> None:
+        self.builds.attach(prior)  # its tables are built on the worker thread, never inline
         self._priors[key] = prior
         self._priors.move_to_end(key)
         while len(self._priors) > self.max_models:
@@ -128,6 +137,10 @@ class PriorStore:
         if self.path is not None and self._since_save >= self.save_every:
             self.save()
         return learned
+
+    async def aclose(self) -> None:
+        """Stop the table builds (queued ones are dropped, a running one is awaited)."""
+        await self.builds.aclose()
 
     # -- persistence ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -11,6 +11,11 @@ a few float operations, no fit.
 
 Cold start: until the prior has learned from ``cold_start`` requests, the request is delegated
 to :class:`~stoppers.robust.target.TailTargetAcceptance` (its own GPD tail fit, no prior).
+
+The table comes from ``prior.table(...)``: built here when missing or stale (~0.1-0.3 s, offline
+replay), unless the prior has a ``schedule_build`` hook (the gateway) - then the newest cached
+table is used, stale or not, and with none yet the request runs the cold-start policy while the
+table is built on the gateway's worker thread.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ What it keeps (bounded, JSON-safe):
   runs (measured: a 0.7 target delivered 0.61 on normal rewards);
 * a histogram of log sd (the scales the requests saw).
 
-What it derives (cached, rebuilt as evidence grows by ``rebuild_growth``):
+What it derives (cached, rebuilt as evidence grows by ``rebuild_growth``; at most
+``max_tables`` tables are kept, least recently used dropped first):
 
 * ``z_star(log s)``: for a prompt of scale s, the standardised threshold whose conditional mean
   acceptance is t under the learned shape (the known-distribution rule);
@@ -31,18 +32,27 @@ What it derives (cached, rebuilt as evidence grows by ``rebuild_growth``):
   resulting first-crossing rule has a small-sample bias, so we simulate it on prompts drawn
   from the learned shape and scales and bisect the additive offset on z_star at which the
   simulated mean acceptance equals t.
+
+Where a table is built: a build costs ~0.1-0.3 s of CPU. By default :meth:`ShapePrior.table`
+builds a missing or stale table on the spot (offline replay and reports: same numbers every
+run). A server sets :attr:`ShapePrior.schedule_build`: then ``table()`` never builds - it
+returns the newest cached table for the key (stale or not; None if there is none) and hands
+the missing/stale key to that hook, which runs :meth:`ShapePrior.prepare`'s snapshot build on
+a worker thread and puts the result back with :meth:`ShapePrior.install`.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy import special
 
-__all__ = ["ShapePrior", "StopTable"]
+__all__ = ["MAX_TABLES", "ShapePrior", "StopTable", "TableKey"]
 
 Z_LO, Z_HI, Z_BINS = -12.0, 12.0, 1200  # bin width 0.02
 S_LO, S_HI, S_BINS = -12.0, 12.0, 480  # log-sd bin width 0.05
@@ -50,6 +60,10 @@ LOG_S_GRID = np.linspace(-4.0, 4.0, 33)  # where z_star is tabulated (relative t
 SIM_STREAMS = 800
 SIM_HORIZON = 256  # simulated streams stop here (longer runs are rare at targets <= 0.95)
 SLOPES = (1.5, 3.0, 5.0, 8.0)  # candidate small-sample slopes of the offset
+MAX_TABLES = 32  # stop tables cached per prior (LRU): client-chosen keys cannot grow memory
+
+# (target to 3 decimals, min_samples, horizon, alpha): what one stop table is built for
+TableKey = tuple[float, int, int, float]
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,11 @@ class ShapePrior:
     ``rebuild_growth``: stop tables are rebuilt when the request count has grown by this factor
     since they were built (and at least by one request).
     ``alpha``: the benchmark percentile the tables use (the policy's).
+    ``max_tables``: stop tables kept (LRU; not persisted).
+    ``schedule_build``: None (default) - :meth:`table` builds a missing or stale table itself,
+    blocking for ~0.1-0.3 s. A callable ``(prior, key)`` - :meth:`table` never builds; it
+    returns the newest cached table (or None) and calls the hook when the key's table is
+    missing or stale (the gateway runs the build on a worker thread). Not persisted.
     """
 
     min_rewards: int = 4
@@ -108,13 +127,21 @@ class ShapePrior:
     requests: int = 0
     z_counts: Any = field(default_factory=lambda: np.zeros(Z_BINS), repr=False)
     s_counts: Any = field(default_factory=lambda: np.zeros(S_BINS), repr=False)
-    _tables: dict[tuple, StopTable] = field(default_factory=dict, repr=False, compare=False)
+    max_tables: int = field(default=MAX_TABLES, repr=False, compare=False)
+    schedule_build: Callable[[ShapePrior, TableKey], None] | None = field(
+        default=None, repr=False, compare=False
+    )
+    _tables: OrderedDict[TableKey, StopTable] = field(
+        default_factory=OrderedDict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if len(self.z_counts) != Z_BINS or len(self.s_counts) != S_BINS:
             raise ValueError(f"z_counts/s_counts must have {Z_BINS}/{S_BINS} bins")
         if not (0.0 < self.alpha < 1.0) or self.rebuild_growth < 1.0 or self.min_rewards < 2:
             raise ValueError("need 0 < alpha < 1, rebuild_growth >= 1 and min_rewards >= 2")
+        if self.max_tables < 1:
+            raise ValueError(f"max_tables must be >= 1, got {self.max_tables}")
         self.z_counts = np.array(self.z_counts, dtype=np.float64)
         self.s_counts = np.array(self.s_counts, dtype=np.float64)
 
@@ -186,26 +213,89 @@ class ShapePrior:
         )
 
     # -- what the policy reads -----------------------------------------------------------------
+    def table_key(
+        self, target: float, *, min_samples: int, horizon: int, alpha: float | None = None
+    ) -> TableKey:
+        """The cache key of a table: one table per target to 3 decimals (a client-chosen target
+        cannot force endless builds), min_samples, horizon and alpha."""
+        alpha = self.alpha if alpha is None else float(alpha)
+        return (round(float(target), 3), int(min_samples), int(horizon), alpha)
+
     def table(
         self, target: float, *, min_samples: int, horizon: int, alpha: float | None = None
     ) -> StopTable | None:
-        """The stop table for this target (None while the prior is empty); cached."""
+        """The stop table for this target (None while the prior is empty); cached.
+
+        Without :attr:`schedule_build` a missing or stale table is built here (blocking).
+        With it, nothing is built here: the newest cached table (even stale, None if none) is
+        returned and the hook is asked to build the missing/stale one elsewhere.
+        """
         if self.requests == 0:
             return None
-        alpha = self.alpha if alpha is None else float(alpha)
-        # one table per target to 3 decimals: a client-chosen target cannot force endless builds
-        target = round(float(target), 3)
-        key = (target, int(min_samples), int(horizon), alpha)
-        cached = self._tables.get(key)
-        if cached is not None and self.requests < max(
-            cached.requests + 1, cached.requests * self.rebuild_growth
-        ):
+        key = self.table_key(target, min_samples=min_samples, horizon=horizon, alpha=alpha)
+        if self.schedule_build is not None:
+            cached = self._lookup(key)
+            if self.is_stale(key):
+                self.schedule_build(self, key)
             return cached
-        table = build_table(
-            self.z_counts, self.s_counts, target, alpha, min_samples, horizon, self.requests
-        )
-        self._tables[key] = table
+        if not self.is_stale(key):
+            return self._lookup(key)
+        table = self.prepare(key)()
+        self.install(key, table)
         return table
+
+    def cached_table(
+        self, target: float, *, min_samples: int, horizon: int, alpha: float | None = None
+    ) -> StopTable | None:
+        """The newest cached table for this target, stale or not (None if none). Never builds."""
+        if self.requests == 0:
+            return None
+        return self._lookup(
+            self.table_key(target, min_samples=min_samples, horizon=horizon, alpha=alpha)
+        )
+
+    def is_stale(self, key: TableKey) -> bool:
+        """True if ``key``'s table is missing or built on too little evidence (the request count
+        has grown by ``rebuild_growth`` since, and by at least one); False for an empty prior."""
+        if self.requests == 0:
+            return False
+        cached = self._tables.get(key)
+        return cached is None or self.requests >= max(
+            cached.requests + 1, cached.requests * self.rebuild_growth
+        )
+
+    def prepare(self, key: TableKey) -> Callable[[], StopTable]:
+        """A build of ``key``'s table on a snapshot of the evidence now (copies of the
+        histograms): the returned function touches nothing of this prior, so it may run on
+        another thread while :meth:`update` goes on. Put its result back with :meth:`install`.
+        """
+        if self.requests == 0:
+            raise ValueError("an empty prior has no table to build")
+        target, min_samples, horizon, alpha = key
+        z_counts, s_counts, requests = self.z_counts.copy(), self.s_counts.copy(), self.requests
+
+        def build() -> StopTable:
+            return build_table(z_counts, s_counts, target, alpha, min_samples, horizon, requests)
+
+        return build
+
+    def install(self, key: TableKey, table: StopTable) -> bool:
+        """Cache ``table`` for ``key`` unless a table built on more evidence is already there;
+        the least recently used tables beyond ``max_tables`` are dropped. True if cached."""
+        cached = self._tables.get(key)
+        if cached is not None and cached.requests > table.requests:
+            return False
+        self._tables[key] = table
+        self._tables.move_to_end(key)
+        while len(self._tables) > self.max_tables:
+            self._tables.popitem(last=False)
+        return True
+
+    def _lookup(self, key: TableKey) -> StopTable | None:
+        cached = self._tables.get(key)
+        if cached is not None:
+            self._tables.move_to_end(key)
+        return cached
 
 
 def _histogram(sparse: Any, bins: int, name: str) -> list[float]:

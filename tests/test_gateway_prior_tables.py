@@ -1,0 +1,189 @@
+"""Target mode's stop tables are built off the gateway's event loop (real uvicorn, fake upstream,
+instant reward): while a slow build runs, other requests are answered at once; afterwards the
+policy uses the table; shutdown ends the build thread."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from server.policies import build_policy
+from server.priors import PriorStore
+from server.table_builds import THREAD_NAME
+from stoppers.robust import shape_prior
+from stoppers.robust.pooled_target import PooledTargetAcceptance
+from tests.fakes import FakeReward
+from tests.fakes.gateway import start_gateway
+
+URL = "/v1/chat/completions"
+BUILD_SECONDS = 1.0
+PROMPT = [{"role": "user", "content": "hi"}]
+
+
+def target_body(target: float = 0.9, **pandora: Any) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "messages": PROMPT,
+        "pandora": {"mode": "target", "target_acceptance": target, **pandora},
+    }
+
+
+def off_body() -> dict[str, Any]:
+    return {"model": "m", "messages": PROMPT, "pandora": {"mode": "off"}}
+
+
+@pytest.fixture
+def warm_state(tmp_path):
+    """A saved state whose target prior for model "m" is past its cold start (12 requests)."""
+    path = tmp_path / "priors.json"
+    store = PriorStore(path=path)
+    prior = store.get("m", "target")
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        assert prior.update(rng.normal(0, 2) + math.exp(rng.normal(0, 0.3)) * rng.normal(size=60))
+    store.save()
+    return path
+
+
+@pytest.fixture
+def slow_builds(monkeypatch):
+    """build_table takes BUILD_SECONDS longer; records the thread each build ran on."""
+    real = shape_prior.build_table
+    started, slept = threading.Event(), threading.Event()
+    threads: list[str] = []
+
+    def slow(*args):
+        threads.append(threading.current_thread().name)
+        started.set()
+        time.sleep(BUILD_SECONDS)
+        slept.set()
+        return real(*args)
+
+    monkeypatch.setattr(shape_prior, "build_table", slow)
+    return started, slept, threads
+
+
+class Policies:
+    """The real policy factory, remembering what it built."""
+
+    def __init__(self) -> None:
+        self.built: list[Any] = []
+
+    def __call__(self, plan, *, prior=None):
+        policy = build_policy(plan, prior=prior)
+        self.built.append(policy)
+        return policy
+
+
+def _timed(client: httpx.Client, method: str, url: str, **kw: Any) -> tuple[float, httpx.Response]:
+    started = time.perf_counter()
+    response = client.request(method, url, **kw)
+    return time.perf_counter() - started, response
+
+
+def test_a_slow_table_build_does_not_stall_other_requests(fake_upstream, warm_state, slow_builds):
+    started, slept, threads = slow_builds
+    policies = Policies()
+    server = start_gateway(
+        fake_upstream,
+        FakeReward(),
+        policy_factory=policies,
+        prior_state_file=warm_state,
+        max_samples=10,
+    )
+    try:
+        with (
+            httpx.Client(base_url=server.url, timeout=10) as client,
+            ThreadPoolExecutor(1) as pool,
+        ):
+            client.get("/health")  # connection warm
+            # the first target request for this key starts the build (BUILD_SECONDS long) and
+            # is answered without waiting for it
+            first = pool.submit(_timed, client, "POST", URL, json=target_body())
+            assert started.wait(5), "no table build was started"
+            first_elapsed, f = first.result(10)
+            assert f.status_code == 200 and first_elapsed < BUILD_SECONDS / 2, first_elapsed
+            # the build is still running: the gateway answers everything else at once
+            health, h = _timed(client, "GET", "/health")
+            off, o = _timed(client, "POST", URL, json=off_body())
+            again, t = _timed(client, "POST", URL, json=target_body())  # same key: no 2nd build
+            assert not slept.is_set(), "the build ended before the requests were timed"
+            assert h.status_code == o.status_code == t.status_code == 200
+            assert health < 0.1 and off < 0.1, (health, off)
+            assert again < BUILD_SECONDS / 2, again
+            assert server.metric("pandora_prior_table_builds_pending") == 1
+            # both target requests ran the cold-start policy: no table yet
+            assert [p.cold for p in policies.built] == [True, True]
+            deadline = time.monotonic() + 10
+            while (
+                server.metric("pandora_prior_table_builds_total") < 1
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.02)
+            assert server.metric("pandora_prior_table_builds_total") == 1
+            assert server.metric("pandora_prior_table_builds_pending") == 0
+            # the next request for that key uses the table built on the worker thread
+            assert client.post(URL, json=target_body()).status_code == 200
+            last = policies.built[-1]
+            assert isinstance(last, PooledTargetAcceptance) and not last.cold
+    finally:
+        server.stop()
+    assert len(threads) == 1 and threads[0].startswith(THREAD_NAME)
+    assert not [t for t in threading.enumerate() if t.name.startswith(THREAD_NAME)]
+
+
+@pytest.fixture
+def gated_builds(monkeypatch):
+    """build_table waits until ``gate`` is set (at most GATE_SECONDS); records its threads."""
+    real = shape_prior.build_table
+    started, gate = threading.Event(), threading.Event()
+    threads: list[str] = []
+
+    def gated(*args):
+        threads.append(threading.current_thread().name)
+        started.set()
+        gate.wait(GATE_SECONDS)
+        return real(*args)
+
+    monkeypatch.setattr(shape_prior, "build_table", gated)
+    return started, gate, threads
+
+
+GATE_SECONDS = 5.0
+
+
+def test_many_client_keys_stay_bounded_and_shutdown_ends_the_build_thread(
+    fake_upstream, warm_state, gated_builds
+):
+    started, gate, threads = gated_builds
+    server = start_gateway(fake_upstream, FakeReward(), prior_state_file=warm_state, max_samples=16)
+    try:
+        # every build waits for the gate: each request below is answered while none can finish
+        with httpx.Client(base_url=server.url, timeout=GATE_SECONDS / 2) as client:
+            for i in range(40):  # 40 distinct (target, min, max samples): 40 table keys
+                body = target_body(0.5 + i / 100, min_samples=2 + i % 3, max_samples=4 + i % 5)
+                assert client.post(URL, json=body).status_code == 200
+            assert started.is_set() and not gate.is_set()
+            assert server.metric("pandora_prior_table_builds_pending") == 8  # the queue bound
+            assert server.metric("pandora_prior_table_builds_dropped_total") == 40 - 8
+            assert server.metric("pandora_prior_table_builds_total") == 0
+            prior = server.server.config.app.state.priors._priors[("m", "target")]
+            assert prior.schedule_build is not None and len(prior._tables) == 0
+        # shut down with one build running and 7 queued: shutdown waits for the running one
+        # (released 0.3 s later) and drops the queue
+        threading.Timer(0.3, gate.set).start()
+        began = time.perf_counter()
+    finally:
+        server.stop()
+        gate.set()
+    assert 0.2 < time.perf_counter() - began < GATE_SECONDS
+    assert len(threads) == 1 and threads[0].startswith(THREAD_NAME)
+    assert not [t for t in threading.enumerate() if t.name.startswith(THREAD_NAME)]
+    assert len(prior._tables) <= 1
