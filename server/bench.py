@@ -295,16 +295,21 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"# {mode} c={concurrency} gateway", file=sys.stderr, flush=True)
                     through.append(asyncio.run(load(port, concurrency, seconds, "", pid)))
                 d, g = median_result(direct), median_result(through)
-                rows.append((mode, concurrency, d, g))
+                # each repeat's gateway/direct ratio, run back to back: robust to load drifting
+                paired = sorted(b.rps / a.rps for a, b in zip(direct, through, strict=True))
+                rows.append((mode, concurrency, d, g, paired))
         print()
         print(
-            "| mode | conc. | direct req/s | gateway req/s | ratio | direct p50/p99 ms "
-            "| gateway p50/p99 ms | added p50 ms | gateway CPU ms/req | errors |"
+            "| mode | conc. | direct req/s | gateway req/s | ratio | paired ratios (median) "
+            "| direct p50/p99 ms | gateway p50/p99 ms | added p50 ms | gateway CPU ms/req "
+            "| errors |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for mode, concurrency, d, g in rows:
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for mode, concurrency, d, g, paired in rows:
+            pairs = ", ".join(f"{r:.0%}" for r in paired)
             print(
                 f"| {mode} | {concurrency} | {d.rps:.0f} | {g.rps:.0f} | {g.rps / d.rps:.0%} "
+                f"| {pairs} ({paired[len(paired) // 2]:.0%}) "
                 f"| {d.pct(0.5):.2f} / {d.pct(0.99):.2f} | {g.pct(0.5):.2f} / {g.pct(0.99):.2f} "
                 f"| {g.pct(0.5) - d.pct(0.5):+.2f} | {g.cpu_ms:.2f} | {d.errors + g.errors} |"
             )
