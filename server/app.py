@@ -93,7 +93,12 @@ def create_app(
     registry = registry if registry is not None else CollectorRegistry()
     metrics = GatewayMetrics(registry, max_samples=settings.max_samples)
     priors = (
-        PriorStore(max_models=PRIOR_MODELS, path=settings.prior_state_file, registry=registry)
+        PriorStore(
+            max_models=PRIOR_MODELS,
+            path=settings.prior_state_file,
+            registry=registry,
+            reward_identity=settings.reward_identity,
+        )
         if settings.learn_prior
         else None
     )

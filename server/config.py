@@ -146,6 +146,24 @@ class Settings(BaseSettings):
         return self.reward_backend or ("worker" if self.reward_url else "local")
 
     @property
+    def reward_identity(self) -> str:
+        """Which reward scores the learned priors describe (saved with them, see
+        :class:`server.priors.PriorStore`): the backend and what names the model behind it.
+
+        A prior learns the shape and the scale of one reward model's scores; restored under
+        another (a new worker URL, another local or vLLM reward model), it would mislead every
+        request until it had relearned - and it never forgets.
+        """
+        backend = self.effective_reward_backend
+        if self.demo_tiny_models:
+            return f"{backend}:demo-tiny-models"
+        if backend == "worker":
+            return f"worker:{self.reward_url}"
+        if backend == "vllm":
+            return f"vllm:{self.reward_url}:{self.reward_model}"
+        return f"local:{self.reward_model}"
+
+    @property
     def effective_baseline_n(self) -> int:
         return self.baseline_n or self.max_samples
 

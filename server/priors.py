@@ -11,7 +11,10 @@ each request that finished normally, with the rewards in the order the policy sa
   :func:`stoppers.new_deployment_prior`, and restoring a saved state uses that class's
   ``from_dict``. A state saved by another class (the default policy changed) is dropped with
   one warning: a fresh prior is safe, a misread one is not.
-- Persistence is a small JSON file written atomically (temp file + ``os.replace``).
+- Persistence is a small JSON file written atomically (temp file + ``os.replace``). It records
+  which reward scores it learned from (``Settings.reward_identity``); a file saved under
+  another reward backend or model is dropped the same way, since a prior learns one reward
+  model's shape and scale.
 - A prior whose policy needs derived tables (the target prior's stop tables, ~0.1-0.3 s of CPU
   each) gets them built off the event loop by :class:`server.table_builds.TableBuilds` (one
   worker thread); the store attaches it to every prior it creates or restores, and
@@ -75,11 +78,14 @@ class PriorStore:
         save_every: int = 50,
         registry: CollectorRegistry | None = None,
         max_pending_builds: int = MAX_PENDING,
+        reward_identity: str | None = None,
     ) -> None:
         if max_models < 1:
             raise ValueError(f"max_models must be >= 1, got {max_models}")
         self.max_models = max_models
         self.path = path
+        # the reward scores the priors learn from; state saved under another is not restored
+        self.reward_identity = reward_identity
         self.save_every = save_every
         self._priors: OrderedDict[tuple[str, PriorMode], DeploymentPrior] = OrderedDict()
         self._since_save = 0
@@ -146,6 +152,7 @@ class PriorStore:
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": STATE_VERSION,
+            "reward": self.reward_identity,
             "priors": [
                 {
                     "model": model,
@@ -201,6 +208,11 @@ class PriorStore:
     def _restore(self, data: Any) -> int:
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
             raise ValueError(f"unknown state format (expected version {STATE_VERSION})")
+        if self.reward_identity is not None and data.get("reward") != self.reward_identity:
+            raise ValueError(
+                f"learned from the rewards of {data.get('reward')!r}; the gateway now scores "
+                f"with {self.reward_identity!r}"
+            )
         entries = data["priors"]
         if not isinstance(entries, list):
             raise ValueError("'priors' must be a list")

@@ -270,3 +270,55 @@ def test_prior_state_file_setting(tmp_path, monkeypatch):
     assert settings.learn_prior is False and settings.prior_state_file == tmp_path / "p.json"
     with pytest.raises(ValidationError, match="is a directory"):
         Settings(**base, prior_state_file=str(tmp_path))
+
+
+def test_state_of_another_reward_model_is_not_restored(tmp_path, caplog):
+    state = tmp_path / "p.json"
+    store = PriorStore(path=state, reward_identity="worker:http://rm-a:8081")
+    store.learn("cost", store.get("m", "cost"), [0.1, 0.2, 0.4, 0.3])
+    store.save()
+    assert json.loads(state.read_text())["reward"] == "worker:http://rm-a:8081"
+    assert PriorStore(path=state, reward_identity="worker:http://rm-a:8081").load() == 1
+    with caplog.at_level(logging.WARNING, logger="server.priors"):
+        other = PriorStore(path=state, reward_identity="worker:http://rm-b:8081")
+        assert other.load() == 0
+    assert len(other) == 0
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "server.priors"]
+    assert "rm-a" in warning and "rm-b" in warning and "starting fresh" in warning
+
+
+def test_gateway_drops_priors_learned_with_another_reward_model(fake_upstream, tmp_path, caplog):
+    state = tmp_path / "priors.json"
+    server = start_gateway(
+        fake_upstream, FakeReward(), prior_state_file=state, max_samples=10, reward_model="rm-a"
+    )
+    try:
+        with httpx.Client(base_url=server.url, timeout=20) as client:
+            assert client.post(URL, json=body("gen", seed=1)).status_code == 200
+    finally:
+        server.stop()
+    assert json.loads(state.read_text())["reward"] == "local:rm-a"
+    for model, restored in (("rm-a", 1), ("rm-b", 0)):
+        server = start_gateway(
+            fake_upstream, FakeReward(), prior_state_file=state, reward_model=model
+        )
+        try:
+            assert server.metric("pandora_prior_models") == restored
+        finally:
+            server.stop()
+
+
+def test_reward_identity_names_the_backend_and_model():
+    from server.config import Settings
+
+    up = {"upstream_url": "http://u:1/v1"}
+    worker = Settings(**up, reward_url="http://rw:8081")
+    assert worker.reward_identity == "worker:http://rw:8081"
+    assert Settings(**up, reward_url="http://rw2:8081").reward_identity != worker.reward_identity
+    vllm = {"reward_url": "http://v:8000", "reward_backend": "vllm"}
+    assert Settings(**up, **vllm, reward_model="a").reward_identity == "vllm:http://v:8000:a"
+    assert (
+        Settings(**up, **vllm, reward_model="b").reward_identity
+        != Settings(**up, **vllm, reward_model="a").reward_identity
+    )
+    assert Settings(**up, reward_model="/models/rm").reward_identity == "local:/models/rm"
