@@ -41,6 +41,15 @@ POOL_SHARDS = 16  # see UpstreamClient: many small connection pools instead of o
 PRIOR_MODELS = 64  # learned priors kept (LRU over model names as requests spell them)
 
 
+def _reward_identity(settings: Settings, reward: RewardBackend | None) -> str:
+    """The reward scores the learned priors describe: an injected in-process backend names the
+    model it actually loaded (the embedded default may have fallen back to the demo models)."""
+    model = getattr(reward, "model", None)
+    if isinstance(model, str) and settings.effective_reward_backend == "local":
+        return f"local:{model}"
+    return settings.reward_identity
+
+
 def _auth_headers(settings: Settings) -> dict[str, str]:
     if settings.upstream_api_key is None:
         return {}
@@ -97,7 +106,7 @@ def create_app(
             max_models=PRIOR_MODELS,
             path=settings.prior_state_file,
             registry=registry,
-            reward_identity=settings.reward_identity,
+            reward_identity=_reward_identity(settings, reward),
         )
         if settings.learn_prior
         else None

@@ -322,3 +322,22 @@ def test_reward_identity_names_the_backend_and_model():
         != Settings(**up, **vllm, reward_model="a").reward_identity
     )
     assert Settings(**up, reward_model="/models/rm").reward_identity == "local:/models/rm"
+
+
+def test_an_in_process_reward_backend_names_the_model_it_loaded():
+    from server.app import create_app
+    from server.config import Settings
+
+    class Loaded(FakeReward):
+        model = "/cache/pandora/demo-models/reward"  # e.g. the embedded default's fallback
+
+    settings = Settings(upstream_url="http://u:1/v1", reward_model="Skywork/x")
+    app = create_app(settings, reward=Loaded())
+    assert app.state.priors.reward_identity == "local:/cache/pandora/demo-models/reward"
+    assert create_app(settings, reward=FakeReward()).state.priors.reward_identity == (
+        "local:Skywork/x"
+    )
+    worker = Settings(upstream_url="http://u:1/v1", reward_url="http://rw:8081")
+    assert create_app(worker, reward=Loaded()).state.priors.reward_identity == (
+        "worker:http://rw:8081"
+    )
