@@ -42,8 +42,13 @@ def off_body() -> dict[str, Any]:
 @pytest.fixture
 def warm_state(tmp_path):
     """A saved state whose target prior for model "m" is past its cold start (12 requests)."""
+    from server.config import Settings
+
     path = tmp_path / "priors.json"
-    store = PriorStore(path=path)
+    # learned from the reward scores the test gateway uses (the default reward model's name)
+    store = PriorStore(
+        path=path, reward_identity=Settings(upstream_url="http://u:1/v1").reward_identity
+    )
     prior = store.get("m", "target")
     rng = np.random.default_rng(0)
     for _ in range(12):
