@@ -90,10 +90,13 @@ def create_app(
             if on_load_failure is not None:
                 on_load_failure(exc)
             return
-        if on_loaded is not None:
-            on_loaded()
         metrics.model_loaded.set(1)
         logger.info("reward model %s loaded; serving", settings.model)
+        if on_loaded is not None:
+            try:
+                on_loaded()
+            except Exception:  # a failing hook must not look like a model that never loaded
+                logger.exception("the worker's on-loaded hook failed")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
 from reward.base import RewardBackend
+from reward.local import LocalRewardBackend
 from server.body_limit import BodyLimitMiddleware
 from server.chat.api_router import router as chat_router
 from server.chat.fast_path import install_fast_path
@@ -42,11 +43,11 @@ PRIOR_MODELS = 64  # learned priors kept (LRU over model names as requests spell
 
 
 def _reward_identity(settings: Settings, reward: RewardBackend | None) -> str:
-    """The reward scores the learned priors describe: an injected in-process backend names the
-    model it actually loaded (the embedded default may have fallen back to the demo models)."""
-    model = getattr(reward, "model", None)
-    if isinstance(model, str) and settings.effective_reward_backend == "local":
-        return f"local:{model}"
+    """The reward scores the learned priors describe. An injected in-process backend names the
+    model it actually loaded (the embedded default may have fallen back to the demo models, and
+    it scores in-process even when --reward-url is set); otherwise the settings say."""
+    if isinstance(reward, LocalRewardBackend):
+        return f"local:{reward.model}"
     return settings.reward_identity
 
 
@@ -128,6 +129,7 @@ def create_app(
                     )
                     stack.push_async_callback(lean.aclose)
             if priors is not None:
+                priors.open()
                 priors.load()
                 stack.callback(priors.save)  # on shutdown (no-op without a state file)
                 stack.push_async_callback(priors.aclose)  # the table-build thread, before save

@@ -1,6 +1,6 @@
 """Loopback benchmark of the gateway's overhead (run from a source checkout).
 
-    python -m server.bench                 # ~1.5 minutes, prints a Markdown table
+    python -m server.bench                 # ~2-3 minutes (3 s runs), prints a Markdown table
     python -m server.bench --quick         # 1 s runs
 
 Three processes share the machine: the fake upstream (``tests.fakes.FakeUpstream``, instant,
@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--upstream-url", help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="off", help=argparse.SUPPRESS)
-    parser.add_argument("--quick", action="store_true", help="smaller counts (~30 s)")
+    parser.add_argument("--quick", action="store_true", help="1 s runs (~1 minute)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per figure")
     parser.add_argument(
         "--modes",
@@ -258,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         "--seconds", type=float, default=3.0, help="length of each measured run (default 3)"
     )
     args = parser.parse_args(argv)
+    if not args.seconds > 0 or args.repeats < 1:
+        parser.error("--seconds must be > 0 and --repeats >= 1")
     if args.role == "upstream":
         run_upstream(args.port)
         return 0
@@ -309,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             pairs = ", ".join(f"{r:.0%}" for r in paired)
             print(
                 f"| {mode} | {concurrency} | {d.rps:.0f} | {g.rps:.0f} | {g.rps / d.rps:.0%} "
-                f"| {pairs} ({paired[len(paired) // 2]:.0%}) "
+                f"| {pairs} ({statistics.median(paired):.0%}) "
                 f"| {d.pct(0.5):.2f} / {d.pct(0.99):.2f} | {g.pct(0.5):.2f} / {g.pct(0.99):.2f} "
                 f"| {g.pct(0.5) - d.pct(0.5):+.2f} | {g.cpu_ms:.2f} | {d.errors + g.errors} |"
             )

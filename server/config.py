@@ -10,7 +10,7 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -152,15 +152,14 @@ class Settings(BaseSettings):
 
         A prior learns the shape and the scale of one reward model's scores; restored under
         another (a new worker URL, another local or vLLM reward model), it would mislead every
-        request until it had relearned - and it never forgets.
+        request until it had relearned - and it never forgets. A worker is known by its URL only
+        (the model behind it is the worker's own setting). Credentials in a URL are left out.
         """
         backend = self.effective_reward_backend
-        if self.demo_tiny_models:
-            return f"{backend}:demo-tiny-models"
         if backend == "worker":
-            return f"worker:{self.reward_url}"
+            return f"worker:{_without_credentials(self.reward_url)}"
         if backend == "vllm":
-            return f"vllm:{self.reward_url}:{self.reward_model}"
+            return f"vllm:{_without_credentials(self.reward_url)}:{self.reward_model}"
         return f"local:{self.reward_model}"
 
     @property
@@ -187,3 +186,15 @@ class Settings(BaseSettings):
     def embedded(self) -> bool:
         """True when the gateway generates in-process (no upstream URL)."""
         return self.upstream_url is None
+
+
+def _without_credentials(url: str | None) -> str:
+    """``url`` without a ``user:password@`` part (it is saved to disk and logged)."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

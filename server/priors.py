@@ -144,6 +144,10 @@ class PriorStore:
             self.save()
         return learned
 
+    def open(self) -> None:
+        """Start (again) accepting table builds; the app's lifespan calls it at start-up."""
+        self.builds.open()
+
     async def aclose(self) -> None:
         """Stop the table builds (queued ones are dropped, a running one is awaited)."""
         await self.builds.aclose()
@@ -208,9 +212,13 @@ class PriorStore:
     def _restore(self, data: Any) -> int:
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
             raise ValueError(f"unknown state format (expected version {STATE_VERSION})")
-        if self.reward_identity is not None and data.get("reward") != self.reward_identity:
+        # a file saved before files recorded it: nothing says otherwise, and dropping every
+        # prior on upgrade would be worse; the next save records the current identity
+        legacy = "reward" not in data
+        saved_under = data.get("reward")
+        if self.reward_identity is not None and not legacy and saved_under != self.reward_identity:
             raise ValueError(
-                f"learned from the rewards of {data.get('reward')!r}; the gateway now scores "
+                f"learned from the rewards of {saved_under!r}; the gateway now scores "
                 f"with {self.reward_identity!r}"
             )
         entries = data["priors"]
@@ -228,4 +236,10 @@ class PriorStore:
             restored.append(((model, mode), cls.from_dict(entry["state"])))  # type: ignore[attr-defined]
         for key, prior in restored:
             self._insert(key, prior)
+        if legacy and restored and self.reward_identity is not None:
+            log.warning(
+                "%s does not say which reward scores its priors were learned from; assuming %r",
+                self.path,
+                self.reward_identity,
+            )
         return len(restored)

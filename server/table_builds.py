@@ -140,6 +140,11 @@ class TableBuilds:
         prior.install(key, done.result())
         self.built.inc()
 
+    def open(self) -> None:
+        """Accept builds again (an app's lifespan may run more than once: each start opens, each
+        shutdown closes)."""
+        self._closed = False
+
     async def aclose(self) -> None:
         """Cancel queued builds, wait (without blocking the loop) for the running one, and end
         the worker thread."""

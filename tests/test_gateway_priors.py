@@ -325,19 +325,69 @@ def test_reward_identity_names_the_backend_and_model():
 
 
 def test_an_in_process_reward_backend_names_the_model_it_loaded():
+    from reward.local import LocalRewardBackend
     from server.app import create_app
     from server.config import Settings
 
-    class Loaded(FakeReward):
-        model = "/cache/pandora/demo-models/reward"  # e.g. the embedded default's fallback
-
+    # e.g. the embedded default after its fallback to the demo models
+    loaded = LocalRewardBackend("/cache/pandora/demo-models/reward", device="cpu")
     settings = Settings(upstream_url="http://u:1/v1", reward_model="Skywork/x")
-    app = create_app(settings, reward=Loaded())
+    app = create_app(settings, reward=loaded)
     assert app.state.priors.reward_identity == "local:/cache/pandora/demo-models/reward"
     assert create_app(settings, reward=FakeReward()).state.priors.reward_identity == (
         "local:Skywork/x"
     )
+    # scoring in-process even though a worker URL is configured: the backend used decides
     worker = Settings(upstream_url="http://u:1/v1", reward_url="http://rw:8081")
-    assert create_app(worker, reward=Loaded()).state.priors.reward_identity == (
+    assert create_app(worker, reward=loaded).state.priors.reward_identity == (
+        "local:/cache/pandora/demo-models/reward"
+    )
+    assert create_app(worker, reward=FakeReward()).state.priors.reward_identity == (
         "worker:http://rw:8081"
     )
+
+
+def test_reward_identity_leaves_credentials_out():
+    from server.config import Settings
+
+    settings = Settings(upstream_url="http://u:1/v1", reward_url="http://user:secret@rw:8081/x")
+    assert settings.reward_identity == "worker:http://rw:8081/x"
+
+
+def test_a_state_file_from_before_reward_identities_is_restored_with_one_warning(tmp_path, caplog):
+    state = tmp_path / "p.json"
+    store = PriorStore(path=state)
+    store.learn("cost", store.get("m", "cost"), [0.1, 0.2, 0.4, 0.3])
+    store.save()
+    legacy = json.loads(state.read_text())
+    del legacy["reward"]
+    state.write_text(json.dumps(legacy))
+    with caplog.at_level(logging.WARNING, logger="server.priors"):
+        restored = PriorStore(path=state, reward_identity="local:rm")
+        assert restored.load() == 1
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "server.priors"]
+    assert "does not say" in warning and "local:rm" in warning
+    restored.save()
+    assert json.loads(state.read_text())["reward"] == "local:rm"
+
+
+def test_table_builds_resume_when_the_app_starts_again():
+    import asyncio
+
+    import numpy as np
+
+    async def two_lifespans() -> None:
+        store = PriorStore()
+        prior = store.get("m", "target")
+        rng = np.random.default_rng(0)
+        for _ in range(12):
+            assert prior.update(rng.normal(size=40))
+        key = prior.table_key(0.9, min_samples=8, horizon=64)
+        store.open()
+        await store.aclose()  # the first lifespan ends
+        assert not store.builds.request(prior, key)
+        store.open()  # the next one starts
+        assert store.builds.request(prior, key)
+        await store.aclose()  # waits for the running build
+
+    asyncio.run(two_lifespans())

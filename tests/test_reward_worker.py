@@ -276,3 +276,20 @@ def test_worker_cli_freezes_the_heap_once_loaded(monkeypatch) -> None:
     with pytest.raises(SystemExit):
         reward.cli.run(args)
     assert captured["on_loaded"] is reward.cli.freeze_heap
+
+
+def test_a_failing_on_loaded_hook_is_logged_and_the_worker_serves(scorer, caplog) -> None:
+    def broken() -> None:
+        raise RuntimeError("hook broke")
+
+    registry = CollectorRegistry()
+    app = create_app(_settings(), registry=registry, load_scorer=lambda: scorer, on_loaded=broken)
+    with caplog.at_level("ERROR", logger="reward.app"), serve(app) as url:
+        _wait_healthy(url)
+        deadline = time.monotonic() + 10
+        while "on-loaded hook failed" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.01)
+        response = httpx.post(f"{url}/v1/rewards", json={"messages": PROMPT, "responses": ["a"]})
+    assert response.status_code == 200
+    assert registry.get_sample_value("pandora_reward_model_loaded") == 1
+    assert "on-loaded hook failed" in caplog.text and "hook broke" in caplog.text
