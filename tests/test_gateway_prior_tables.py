@@ -70,11 +70,11 @@ def held_builds(monkeypatch):
     started, release = threading.Event(), threading.Event()
     threads: list[str] = []
 
-    def held(*args):
+    def held(*args, **kwargs):
         threads.append(threading.current_thread().name)
         started.set()
         release.wait(HOLD_SECONDS)
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(shape_prior, "build_table", held)
     yield started, release, threads
@@ -149,11 +149,11 @@ def gated_builds(monkeypatch):
     started, gate = threading.Event(), threading.Event()
     threads: list[str] = []
 
-    def gated(*args):
+    def gated(*args, **kwargs):
         threads.append(threading.current_thread().name)
         started.set()
         gate.wait(GATE_SECONDS)
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(shape_prior, "build_table", gated)
     return started, gate, threads

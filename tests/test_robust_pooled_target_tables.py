@@ -43,9 +43,9 @@ def build_calls(monkeypatch) -> list[tuple]:
     calls: list[tuple] = []
     real = shape_prior.build_table
 
-    def counting(*args):
+    def counting(*args, **kwargs):
         calls.append(args[2:])  # (target, alpha, min_samples, horizon, requests)
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(shape_prior, "build_table", counting)
     return calls
@@ -57,7 +57,7 @@ def cheap_tables(monkeypatch) -> list[tuple]:
     template = _learned(prompts=12).table(0.9, min_samples=8, horizon=64)
     calls: list[tuple] = []
 
-    def cheap(z_counts, s_counts, target, alpha, min_samples, horizon, requests):
+    def cheap(z_counts, s_counts, target, alpha, min_samples, horizon, requests, **options):
         calls.append((target, min_samples, horizon))
         return dataclasses.replace(template, target=target, requests=requests)
 
@@ -156,7 +156,7 @@ def test_builder_runs_one_deduplicated_bounded_build_at_a_time(monkeypatch):
     lock = threading.Lock()
     template = _learned(prompts=12).table(0.9, min_samples=8, horizon=64)
 
-    def gated(z_counts, s_counts, target, alpha, min_samples, horizon, requests):
+    def gated(z_counts, s_counts, target, alpha, min_samples, horizon, requests, **options):
         nonlocal running, most
         with lock:
             running += 1
@@ -210,11 +210,11 @@ def test_builder_close_waits_for_the_running_build_and_drops_the_queue(monkeypat
     real = shape_prior.build_table
     calls = []
 
-    def slow(*args):
+    def slow(*args, **kwargs):
         calls.append(args[2])
         started.set()
         release.wait(5)
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(shape_prior, "build_table", slow)
 

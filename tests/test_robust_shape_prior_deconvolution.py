@@ -104,10 +104,14 @@ def test_deconvolved_tables_deliver_a_low_target_on_gumbel_prompts():
     tables = {"deconvolved": [], "raw": []}
     for seed in range(1, 5):
         tables["deconvolved"].append(
-            sp.build_table(observed * 20000, sw * 1000, 0.7, 0.99, 8, 960, seed)
+            sp.build_table(observed * 20000, sw * 1000, 0.7, 0.99, 8, 960, seed, deconvolve=True)
         )
+        # the default (deconvolve off) is exactly the table built on the recorded histogram
+        default = sp.build_table(observed * 20000, sw * 1000, 0.7, 0.99, 8, 960, seed)
         raw, q_alpha = sp._plug_in(observed, sw, 0.7, 0.99, seed)
         tables["raw"].append(sp._calibrate(raw, observed, sw, q_alpha, 8, 960, seed))
+        for name, value in vars(tables["raw"][-1]).items():  # equal up to rounding
+            assert np.allclose(getattr(default, name), value, rtol=1e-9, atol=1e-12), name
     rng = np.random.default_rng(7)
     delivered = {name: [] for name in tables}
     for _ in range(300):
@@ -125,3 +129,13 @@ def test_deconvolved_tables_deliver_a_low_target_on_gumbel_prompts():
                 delivered[name].append(float(acceptance_rate(policy.best, kappa)))
     assert np.mean(delivered["deconvolved"]) == pytest.approx(0.7, abs=0.03)
     assert np.mean(delivered["raw"]) < 0.67
+
+
+def test_deconvolution_is_opt_in_and_survives_a_round_trip():
+    assert ShapePrior().deconvolve is False
+    prior = ShapePrior(deconvolve=True)
+    assert prior.update(np.random.default_rng(0).normal(size=40))
+    assert ShapePrior.from_dict(prior.to_dict()).deconvolve is True
+    legacy = prior.to_dict()
+    del legacy["deconvolve"]  # a state saved before the option existed
+    assert ShapePrior.from_dict(legacy).deconvolve is False

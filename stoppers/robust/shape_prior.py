@@ -36,18 +36,21 @@ What it derives (cached, rebuilt as evidence grows by ``rebuild_growth``; at mos
 The histogram is *what the prior records*, not the shape: predictive draws of short stopped
 streams, mapped by normal theory, make a skewed or heavy shape's body too wide and its tail too
 light (measured on Student-t(3): recorded 0.9-quantile 1.32 against 0.95; a table built on the
-record delivered 0.62-0.64 for a 0.7 target on Gumbel / Student-t rewards). So before the
-plug-in rule, :func:`build_table` deconvolves it: the shape is a two-parameter (Tukey g-and-h)
-map of the recorded histogram, fitted so that streams simulated from it, stopped by the rule
-and recorded as :meth:`ShapePrior.update` records them reproduce the recorded quantiles. The
-normal shape is a fixed point. A build runs ~7 calibration-sized simulations (~0.3 s idle).
+record delivered 0.62-0.64 for a 0.7 target on Gumbel / Student-t rewards). With
+``ShapePrior(deconvolve=True)`` (opt-in: more target cells within 0.03, fewer samples saved;
+README "Target mode on a deployment"), before the plug-in rule :func:`build_table` deconvolves
+it: the shape is a two-parameter (Tukey g-and-h) map of the recorded histogram, fitted so that
+streams simulated from it, stopped by the rule and recorded as :meth:`ShapePrior.update` records
+them reproduce the recorded quantiles. The normal shape is a fixed point. A build runs ~7
+calibration-sized simulations (~0.3 s idle).
 
-Where a table is built: a build costs ~0.3-1.5 s of CPU. By default :meth:`ShapePrior.table`
-builds a missing or stale table on the spot (offline replay and reports: same numbers every
-run). A server sets :attr:`ShapePrior.schedule_build`: then ``table()`` never builds - it
-returns the newest cached table for the key (stale or not; None if there is none) and hands
-the missing/stale key to that hook, which runs :meth:`ShapePrior.prepare`'s snapshot build on
-a worker thread and puts the result back with :meth:`ShapePrior.install`.
+Where a table is built: a build costs ~0.035-0.3 s of CPU (~0.3-1.5 s with the deconvolution).
+By default :meth:`ShapePrior.table` builds a missing or stale table on the spot (offline replay
+and reports: same numbers every run). A server sets :attr:`ShapePrior.schedule_build`: then
+``table()`` never builds - it returns the newest cached table for the key (stale or not; None if
+there is none) and hands the missing/stale key to that hook, which runs
+:meth:`ShapePrior.prepare`'s snapshot build on a worker thread and puts the result back with
+:meth:`ShapePrior.install`.
 """
 
 from __future__ import annotations
@@ -123,6 +126,10 @@ class ShapePrior:
     ``rebuild_growth``: stop tables are rebuilt when the request count has grown by this factor
     since they were built (and at least by one request).
     ``alpha``: the benchmark percentile the tables use (the policy's).
+    ``deconvolve``: fit the shape to what the prior records before building a table
+    (:func:`build_table`). Off by default: it brings more target cells within 0.03 but costs
+    samples everywhere (README, "Target mode on a deployment"), so it is opt-in until that trade
+    is settled.
     ``max_tables``: stop tables kept (LRU; not persisted).
     ``schedule_build``: None (default) - :meth:`table` builds a missing or stale table itself,
     blocking for ~0.1-0.3 s. A callable ``(prior, key)`` - :meth:`table` never builds; it
@@ -134,6 +141,7 @@ class ShapePrior:
     rebuild_growth: float = 2.0
     alpha: float = 0.99  # default benchmark percentile of the tables
     requests: int = 0
+    deconvolve: bool = False
     z_counts: Any = field(default_factory=lambda: np.zeros(Z_BINS), repr=False)
     s_counts: Any = field(default_factory=lambda: np.zeros(S_BINS), repr=False)
     max_tables: int = field(default=MAX_TABLES, repr=False, compare=False)
@@ -203,6 +211,7 @@ class ShapePrior:
             "rebuild_growth": self.rebuild_growth,
             "alpha": self.alpha,
             "requests": self.requests,
+            "deconvolve": self.deconvolve,
             "z_counts": {str(i): float(c) for i, c in enumerate(self.z_counts) if c},
             "s_counts": {str(i): float(c) for i, c in enumerate(self.s_counts) if c},
         }
@@ -217,6 +226,7 @@ class ShapePrior:
             rebuild_growth=float(data.get("rebuild_growth", 2.0)),
             alpha=float(data.get("alpha", 0.99)),
             requests=int(data.get("requests", 0)),
+            deconvolve=bool(data.get("deconvolve", False)),
             z_counts=z,
             s_counts=s,
         )
@@ -282,9 +292,12 @@ class ShapePrior:
             raise ValueError("an empty prior has no table to build")
         target, min_samples, horizon, alpha = key
         z_counts, s_counts, requests = self.z_counts.copy(), self.s_counts.copy(), self.requests
+        options = {"min_rewards": self.min_rewards, "deconvolve": self.deconvolve}
 
         def build() -> StopTable:
-            return build_table(z_counts, s_counts, target, alpha, min_samples, horizon, requests)
+            return build_table(
+                z_counts, s_counts, target, alpha, min_samples, horizon, requests, **options
+            )
 
         return build
 
@@ -340,8 +353,11 @@ def build_table(
     requests: int,
     *,
     min_rewards: int = 4,
+    deconvolve: bool = False,
 ) -> StopTable:
     """z_star on the log-scale grid, the scale prior, and the Monte Carlo offset.
+
+    With ``deconvolve=False`` (the default) the recorded histogram is taken as the shape.
 
     The histogram ``z_counts`` is what :meth:`ShapePrior.update` records - predictive draws of
     stopped streams, mapped through Student-t -> normal quantiles - not the shape itself: for
@@ -358,6 +374,8 @@ def build_table(
     sw = s_counts / s_counts.sum()
     raw, q_raw = _plug_in(observed, sw, target, alpha, requests)
     rule = _calibrate(raw, observed, sw, q_raw, min_samples, horizon, requests)
+    if not deconvolve:
+        return rule
     w = _deconvolve(observed, sw, rule, min_samples, horizon, requests, min_rewards)
     table, q_alpha = _plug_in(w, sw, target, alpha, requests)
     return _calibrate(table, w, sw, q_alpha, min_samples, horizon, requests)

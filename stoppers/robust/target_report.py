@@ -9,6 +9,7 @@ prompts in a random order - for three policies:
   :class:`~stoppers.robust.shape_prior.ShapePrior` per deployment (reported over all prompts,
   and split into the cold-start prompts and those served after the prior had learned from
   ``COLD_START`` requests);
+* ``pooled-deconv``: the same with ``ShapePrior(deconvolve=True)`` (opt-in);
 * ``tail``: :class:`~stoppers.robust.target.TailTargetAcceptance` (learns nothing);
 * ``paper``: the paper's :class:`~stoppers.adaptive.TargetAcceptance` (learns nothing).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +29,11 @@ import numpy as np
 __all__ = ["main", "render_table", "run_one"]
 
 TARGETS = (0.7, 0.8, 0.9, 0.95)
-POLICIES = ("pooled", "tail", "paper")
+POLICIES = ("pooled", "pooled-deconv", "tail", "paper")
+POOLED = ("pooled", "pooled-deconv")  # learn across the deployment: warm / cold rows too
 LABELS = {
     "pooled": "**PooledTargetAcceptance**",
+    "pooled-deconv": "PooledTargetAcceptance, deconvolved shape (opt-in)",
     "tail": "TailTargetAcceptance",
     "paper": "paper TargetAcceptance",
 }
@@ -41,8 +45,9 @@ def _maker(policy: str, target: float, budget: int):
     from stoppers.robust.shape_prior import ShapePrior
     from stoppers.robust.target import TailTargetAcceptance
 
-    if policy == "pooled":
-        return (lambda p: PooledTargetAcceptance(target, prior=p, max_samples=budget)), ShapePrior
+    if policy in POOLED:
+        new_prior = ShapePrior if policy == "pooled" else partial(ShapePrior, deconvolve=True)
+        return (lambda p: PooledTargetAcceptance(target, prior=p, max_samples=budget)), new_prior
     if policy == "tail":
         return (lambda _p: TailTargetAcceptance(target, max_samples=budget)), None
     if policy == "paper":
@@ -72,7 +77,7 @@ def run_one(
             rewards, make, new_prior, orderings=orderings, seed=seed, max_samples=max_samples
         )
         masks = {"all": None}
-        if policy == "pooled":
+        if policy in POOLED:
             masks["warm"] = lambda r: r.warm(COLD_START)
             masks["cold"] = lambda r: ~r.warm(COLD_START)
         rows: dict = {}
@@ -111,7 +116,7 @@ def render_table(directory: Path, pools: list[str]) -> str:
             data = json.loads(path.read_text())
             rows = data["rows"]
             parts = [("all", "")]
-            if policy == "pooled":
+            if policy in POOLED:
                 parts = [("all", " (all)"), ("warm", " (warm)"), ("cold", " (cold start)")]
             for part, label in parts:
                 n09 = rows.get("0.9", {}).get(part, {}).get("mean_samples")
