@@ -58,14 +58,9 @@ def warm_state(tmp_path):
     return path
 
 
-@pytest.fixture
-def held_builds(monkeypatch):
-    """build_table waits until ``release`` is set (at most HOLD_SECONDS); records its threads.
-
-    Held rather than slowed by a fixed time: a build on the event loop would hold every request
-    until the test releases it, so the requests below fail by timing out, whatever the load of
-    the machine, and no latency threshold is needed.
-    """
+def _hold_builds(monkeypatch, seconds: float):
+    """build_table waits until the returned ``release`` is set (at most ``seconds``); the thread
+    each build ran on is recorded."""
     real = shape_prior.build_table
     started, release = threading.Event(), threading.Event()
     threads: list[str] = []
@@ -73,10 +68,22 @@ def held_builds(monkeypatch):
     def held(*args, **kwargs):
         threads.append(threading.current_thread().name)
         started.set()
-        release.wait(HOLD_SECONDS)
+        release.wait(seconds)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(shape_prior, "build_table", held)
+    return started, release, threads
+
+
+@pytest.fixture
+def held_builds(monkeypatch):
+    """Builds held until released (at most HOLD_SECONDS).
+
+    Held rather than slowed by a fixed time: a build on the event loop would hold every request
+    until the test releases it, so the requests below fail by timing out, whatever the load of
+    the machine, and no latency threshold is needed.
+    """
+    started, release, threads = _hold_builds(monkeypatch, HOLD_SECONDS)
     yield started, release, threads
     release.set()
 
@@ -144,19 +151,8 @@ def test_a_held_table_build_does_not_stall_other_requests(fake_upstream, warm_st
 
 @pytest.fixture
 def gated_builds(monkeypatch):
-    """build_table waits until ``gate`` is set (at most GATE_SECONDS); records its threads."""
-    real = shape_prior.build_table
-    started, gate = threading.Event(), threading.Event()
-    threads: list[str] = []
-
-    def gated(*args, **kwargs):
-        threads.append(threading.current_thread().name)
-        started.set()
-        gate.wait(GATE_SECONDS)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(shape_prior, "build_table", gated)
-    return started, gate, threads
+    """Builds held until ``gate`` is set (at most GATE_SECONDS)."""
+    return _hold_builds(monkeypatch, GATE_SECONDS)
 
 
 GATE_SECONDS = 5.0
