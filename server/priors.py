@@ -14,7 +14,7 @@ each request that finished normally, with the rewards in the order the policy sa
 - Persistence is a small JSON file written atomically (temp file + ``os.replace``). It records
   which reward scores it learned from (``Settings.reward_identity``); a file saved under
   another reward backend or model is dropped the same way, since a prior learns one reward
-  model's shape and scale.
+  model's shape and scale (a file from before this record is restored, with one warning).
 - A prior whose policy needs derived tables (the target prior's stop tables, ~0.1-0.3 s of CPU
   each) gets them built off the event loop by :class:`server.table_builds.TableBuilds` (one
   worker thread); the store attaches it to every prior it creates or restores, and
