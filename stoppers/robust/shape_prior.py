@@ -172,8 +172,7 @@ class ShapePrior:
         if not sd > 0.0:
             return False
         z = self._standardise(x)
-        idx = np.clip(((z - Z_LO) / (Z_HI - Z_LO) * Z_BINS).astype(np.int64), 0, Z_BINS - 1)
-        self.z_counts += np.bincount(idx, minlength=Z_BINS)
+        self.z_counts += np.bincount(_z_bin(z), minlength=Z_BINS)
         j = int(np.clip((math.log(sd) - S_LO) / (S_HI - S_LO) * S_BINS, 0, S_BINS - 1))
         self.s_counts[j] += 1.0
         self.requests += 1
@@ -199,10 +198,7 @@ class ShapePrior:
         keep[: self.min_rewards - 1] = False
         past = k[:-1][keep]  # draws the estimates were made from
         t = (x[1:][keep] - prev_mean[keep]) / (prev_sd[keep] * np.sqrt(1.0 + 1.0 / past))
-        # Student-t(past - 1) is that statistic's law for normal rewards: map it back to the
-        # normal scale (for other shapes this removes the estimation noise to first order)
-        u = np.clip(special.stdtr(past - 1.0, t), 1e-12, 1.0 - 1e-12)
-        return special.ndtri(u)
+        return _predictive_to_normal(past, t)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe snapshot (sparse histograms), restore with :meth:`from_dict`."""
@@ -318,6 +314,19 @@ class ShapePrior:
         if cached is not None:
             self._tables.move_to_end(key)
         return cached
+
+
+def _predictive_to_normal(past: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Map the predictive statistic after ``past`` draws to the normal scale: Student-t(past - 1)
+    is its law for normal rewards (for other shapes this removes the estimation noise to first
+    order). What :meth:`ShapePrior.update` records and what the deconvolution simulates."""
+    u = np.clip(special.stdtr(past - 1.0, t), 1e-12, 1.0 - 1e-12)
+    return special.ndtri(u)
+
+
+def _z_bin(z: np.ndarray) -> np.ndarray:
+    """Index of the standardised-reward histogram bin of each ``z`` (clipped to the range)."""
+    return np.clip(((z - Z_LO) / (Z_HI - Z_LO) * Z_BINS).astype(np.int64), 0, Z_BINS - 1)
 
 
 def _histogram(sparse: Any, bins: int, name: str) -> list[float]:
@@ -533,8 +542,7 @@ def _gh_shape(w: np.ndarray, g: float, h: float) -> np.ndarray:
     """Histogram of the standardised g-and-h image of histogram ``w``."""
     mean, sd = _gh_moments(w, g, h)
     y = (_g_and_h(_centres(Z_LO, Z_HI, Z_BINS), g, h) - mean) / sd
-    idx = np.clip(((y - Z_LO) / (Z_HI - Z_LO) * Z_BINS).astype(np.int64), 0, Z_BINS - 1)
-    return np.bincount(idx, weights=w, minlength=Z_BINS)
+    return np.bincount(_z_bin(y), weights=w, minlength=Z_BINS)
 
 
 def _quantiles(w: np.ndarray) -> np.ndarray:
@@ -561,10 +569,8 @@ def _recorded(x: np.ndarray, stop: np.ndarray, min_rewards: int) -> np.ndarray:
     keep = (j[None, :] >= min_rewards) & (j[None, :] <= stop[:, None]) & (prev_sd > 0.0)
     past = np.broadcast_to(k[:-1], prev_sd.shape)[keep]
     stat = (x[:, 1:][keep] - mean[:, :-1][keep]) / (prev_sd[keep] * np.sqrt(1.0 + 1.0 / past))
-    u = np.clip(special.stdtr(past - 1.0, stat), 1e-12, 1.0 - 1e-12)
-    z = special.ndtri(u)
-    idx = np.clip(((z - Z_LO) / (Z_HI - Z_LO) * Z_BINS).astype(np.int64), 0, Z_BINS - 1)
-    return np.bincount(idx, minlength=Z_BINS).astype(np.float64)
+    z = _predictive_to_normal(past, stat)
+    return np.bincount(_z_bin(z), minlength=Z_BINS).astype(np.float64)
 
 
 def _deconvolve(
