@@ -78,6 +78,7 @@ def create_app(
         max_wait_ms=settings.max_wait_ms,
         max_length=settings.max_length,
         torch_threads=settings.torch_threads,
+        prefix_sharing=settings.prefix_sharing,
         observer=metrics,
         load_scorer=load_scorer,
     )

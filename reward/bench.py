@@ -102,6 +102,17 @@ class Measurement:
     cpu_ms_per_item: float = float("nan")
 
 
+def _prompts(count: int) -> list[list[dict[str, str]]]:
+    """``count`` dialogues: the first is :data:`PROMPT`, the others ask other questions under the
+    same system prompt, as the users of one application do (``--prompts``)."""
+    rng = random.Random(1)
+    questions = [PROMPT[1]["content"]] + [
+        f"Question {k}: " + " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 16))) + "?"
+        for k in range(1, count)
+    ]
+    return [[PROMPT[0], {"role": "user", "content": question}] for question in questions]
+
+
 def _responses(count: int, mean_words: int, rng: random.Random) -> list[str]:
     """Candidate texts of varied length (0.25x to 1.75x the mean), like real samples."""
     lengths = [max(1, int(mean_words * rng.uniform(0.25, 1.75))) for _ in range(count)]
@@ -160,6 +171,7 @@ async def measure(
     seconds: float,
     responses_per_request: int,
     response_words: int,
+    prompts: int = 1,
     round_index: int = 0,
     seed: int = 0,
     cpu_clock: Callable[[], float] | None = None,
@@ -168,9 +180,13 @@ async def measure(
 
     ``target`` is a worker's URL, or a :class:`LocalRewardBackend` to measure the batcher and
     model without HTTP (``--in-process``). ``cpu_clock`` reads the scorer side's CPU seconds.
+    Request ``i`` asks about prompt ``i % prompts``: with ``prompts`` dividing ``concurrency``
+    each prompt has ``concurrency / prompts`` concurrent requests, like the parallel candidates
+    of one gateway request; with ``prompts == concurrency`` no two concurrent requests share one.
     """
     rng = random.Random(seed)
     pool = [_responses(responses_per_request, response_words, rng) for _ in range(256)]
+    dialogues = _prompts(prompts)
     latencies: list[float] = []
     tokens: list[int] = []
     errors = 0
@@ -182,15 +198,16 @@ async def measure(
         try:
             while time.perf_counter() < deadline:
                 responses = pool[i % len(pool)]
+                dialogue = dialogues[i % len(dialogues)]
                 i += concurrency
                 started = time.perf_counter()
                 try:
                     if connection is None:
                         assert not isinstance(target, str)
-                        result = await target.score_detailed(PROMPT, responses)
+                        result = await target.score_detailed(dialogue, responses)
                         used = result.prompt_tokens
                     else:
-                        body = {"messages": PROMPT, "responses": responses}
+                        body = {"messages": dialogue, "responses": responses}
                         status, data = await connection.post("/v1/rewards", body)
                         if status != 200:
                             raise ConnectionError(f"status {status}")
@@ -278,6 +295,7 @@ def worker(
         "127.0.0.1",
         "--port",
         str(port),
+        *([] if args.prefix_sharing else ["--no-prefix-sharing"]),
         "--log-level",
         "warning",
     ]
@@ -409,6 +427,7 @@ async def _run_plan(targets: dict[str, Target], args: argparse.Namespace) -> lis
                     seconds=args.seconds,
                     responses_per_request=args.responses_per_request,
                     response_words=args.response_words,
+                    prompts=args.prompts,
                     round_index=round_index,
                     seed=round_index,
                     cpu_clock=cpu_clock,
@@ -428,7 +447,11 @@ async def _run_in_process(model: str, args: argparse.Namespace) -> list[Measurem
     from reward.scorer import RewardScorer
 
     scorer = RewardScorer.from_pretrained(
-        model, device=args.device, dtype=args.dtype, torch_threads=args.torch_threads
+        model,
+        device=args.device,
+        dtype=args.dtype,
+        torch_threads=args.torch_threads,
+        prefix_sharing=args.prefix_sharing,
     )
     backends = {
         mode: LocalRewardBackend(
@@ -462,6 +485,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--responses-per-request", type=int, default=1)
     parser.add_argument("--response-words", type=int, default=8, help="mean response length")
+    parser.add_argument(
+        "--prompts",
+        type=int,
+        default=1,
+        help="distinct prompts the requests ask about (1: every request shares one prompt; "
+        "= concurrency: no two concurrent requests share one)",
+    )
+    parser.add_argument(
+        "--no-prefix-sharing",
+        dest="prefix_sharing",
+        action="store_false",
+        help="start the workers with --no-prefix-sharing",
+    )
     parser.add_argument(
         "--torch-threads", type=int, help="OMP_NUM_THREADS for the workers (CPU; default: torch's)"
     )
@@ -501,7 +537,9 @@ def main(argv: list[str] | None = None) -> int:
         f"\nreward worker benchmark{' (in-process, no HTTP)' if args.in_process else ''}, "
         f"{started}, model={args.url or args.model or 'tiny'}, "
         f"device={args.device}, {args.responses_per_request} response(s)/request of "
-        f"~{args.response_words} words, {args.rounds} rounds x {args.seconds:g}s, "
+        f"~{args.response_words} words, {args.prompts} prompt(s), "
+        f"prefix sharing {'on' if args.prefix_sharing else 'off'}, "
+        f"{args.rounds} rounds x {args.seconds:g}s, "
         f"torch threads={args.torch_threads or 'default'}, cpus={os.cpu_count()}, "
         f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}; medians over rounds"
     )

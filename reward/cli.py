@@ -26,6 +26,7 @@ _FIELDS = (
     "max_wait_ms",
     "max_responses",
     "torch_threads",
+    "prefix_sharing",
     "served_model_name",
     "host",
     "port",
@@ -62,6 +63,13 @@ def register(subparsers: Any) -> None:
         "--torch-threads",
         type=int,
         help="CPU threads per torch op (default: torch's, one per core; 1 on a busy shared CPU)",
+    )
+    parser.add_argument(
+        "--no-prefix-sharing",
+        dest="prefix_sharing",
+        action="store_false",
+        default=None,
+        help="score every sequence whole, even when a batch's sequences share their prompt",
     )
     parser.add_argument("--served-model-name", help="name reported as `model` in responses")
     parser.add_argument("--host", help="bind address (0.0.0.0)")

@@ -39,7 +39,8 @@ class LocalRewardBackend:
     first :meth:`score` (which waits for it); it runs on a thread. ``load_scorer`` replaces the
     loading function (tests, benchmarks: e.g. ``lambda: scorer`` for an already loaded
     :class:`~reward.scorer.RewardScorer`); by default ``model`` is loaded with ``device``/``dtype``.
-    ``torch_threads`` sets torch's CPU threads for the forward passes.
+    ``torch_threads`` sets torch's CPU threads for the forward passes; ``prefix_sharing`` lets a
+    batch's shared token prefixes run once (see :mod:`reward.scorer`).
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class LocalRewardBackend:
         max_wait_ms: float = 5.0,
         max_length: int | None = None,
         torch_threads: int | None = None,
+        prefix_sharing: bool = True,
         observer: BatchObserver | None = None,
         load_scorer: Callable[[], RewardScorer] | None = None,
     ) -> None:
@@ -63,6 +65,7 @@ class LocalRewardBackend:
         self.label_index = label_index
         self.max_length = max_length
         self.torch_threads = torch_threads
+        self.prefix_sharing = prefix_sharing
         self.batcher_options = {
             "max_batch_size": max_batch_size,
             "max_batch_tokens": max_batch_tokens,
@@ -117,6 +120,7 @@ class LocalRewardBackend:
             label_index=self.label_index,
             max_length=self.max_length,
             torch_threads=self.torch_threads,
+            prefix_sharing=self.prefix_sharing,
         )
 
     async def ready(self) -> bool:

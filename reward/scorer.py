@@ -16,12 +16,18 @@ sequence. Batched scores therefore equal one-at-a-time scores (tests pin this in
 Architectures without a ``score`` head (encoder models pooling a CLS token, custom heads) are
 scored one sequence per forward pass, which is exact whatever their pooling does.
 
+Shared prefixes: sequences of a batch that begin with the same tokens (a request's candidates
+share their prompt) are scored by running the prefix once and the remaining tokens of each
+against its key/value cache (:mod:`reward.prefix_groups` plans the groups). Used only where a
+probe at load shows it gives one-at-a-time scores on this model, like the padding probe.
+
 This module imports torch; import it only where a model runs (worker, in-process backend).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -29,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from reward.prefix_groups import common_prefix_length, plan_prefix_groups
 
 __all__ = ["EncodedPair", "RewardScorer", "flatten_content", "resolve_device", "resolve_dtype"]
 
@@ -106,6 +114,7 @@ class RewardScorer:
         label_index: int | None = None,
         max_length: int | None = None,
         torch_threads: int | None = None,
+        prefix_sharing: bool = True,
     ) -> None:
         num_labels = int(model.config.num_labels)
         if label_index is None:
@@ -147,6 +156,9 @@ class RewardScorer:
             model.config.use_cache = False  # one pass per sequence: a KV cache is pure overhead
         # Whether right padding needs no attention mask (checked on the model, see below).
         self._padding_is_invisible = self._probe_padding_is_invisible()
+        # The keyword a cached pass takes (``cache`` in transformers 5, ``past_key_values`` before)
+        self._cache_keyword = _cache_keyword(self._base)
+        self.prefix_sharing = prefix_sharing and self._probe_prefix_sharing()
 
     @classmethod
     def from_pretrained(
@@ -158,6 +170,7 @@ class RewardScorer:
         label_index: int | None = None,
         max_length: int | None = None,
         torch_threads: int | None = None,
+        prefix_sharing: bool = True,
     ) -> RewardScorer:
         """Load from a local directory or a hub id (cached or downloadable)."""
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -179,6 +192,7 @@ class RewardScorer:
             label_index=label_index,
             max_length=max_length,
             torch_threads=torch_threads,
+            prefix_sharing=prefix_sharing,
         )
 
     # -- encoding -------------------------------------------------------------------------------
@@ -285,6 +299,20 @@ class RewardScorer:
             torch.set_num_threads(self.torch_threads)
         if self._head is None or self._base is None:
             return [self._forward_padded([ids])[0] for ids in batch]
+        if self.prefix_sharing and len(batch) > 1:
+            plan = plan_prefix_groups(batch)
+            if plan.groups:
+                scores = [0.0] * len(batch)
+                for group in plan.groups:
+                    members = [batch[index] for index in group.members]
+                    shared = self._forward_shared(members, group.prefix_length)
+                    for index, score in zip(group.members, shared, strict=True):
+                        scores[index] = score
+                if plan.rest:
+                    plain = self._forward_padded([batch[index] for index in plan.rest])
+                    for index, score in zip(plan.rest, plain, strict=True):
+                        scores[index] = score
+                return scores
         return self._forward_padded(batch)
 
     def _forward_padded(self, batch: Sequence[Sequence[int]]) -> list[float]:
@@ -303,6 +331,34 @@ class RewardScorer:
         else:
             hidden = self._hidden_states(input_ids, last)
             logits = self._head(hidden[torch.arange(len(batch), device=self.device), last])
+        return self._scores(logits)
+
+    def _forward_shared(self, batch: Sequence[Sequence[int]], prefix_length: int) -> list[float]:
+        """Scores of sequences whose first ``prefix_length`` tokens are identical: one pass of the
+        prefix with a key/value cache, repeated for each sequence, then one right-padded pass of
+        the remaining tokens against it (positions continue from the prefix; causal attention
+        keeps the padding out, as in :meth:`_hidden_states`). Unlike a plain pass it holds the
+        group's key/value cache, (members x (prefix + suffix)) token positions per layer, which
+        the batcher's ``max_batch_tokens`` bounds as it bounds a plain pass's padded tokens."""
+        assert self._base is not None and self._head is not None and self._cache_keyword
+        prefix = torch.tensor([list(batch[0][:prefix_length])], device=self.device)
+        output = self._base(input_ids=prefix, use_cache=True)
+        cache = getattr(output, "cache", None) or getattr(output, "past_key_values", None)
+        if cache is None:
+            raise RuntimeError(f"{self.name} returned no key/value cache for a prefix pass")
+        cache.batch_repeat_interleave(len(batch))
+        suffixes = [list(ids[prefix_length:]) for ids in batch]
+        width = max(len(ids) for ids in suffixes)
+        input_ids = torch.tensor(
+            [ids + [self._pad_id] * (width - len(ids)) for ids in suffixes], device=self.device
+        )
+        last = torch.tensor([len(ids) - 1 for ids in suffixes], device=self.device)
+        hidden = self._base(
+            input_ids=input_ids, use_cache=False, **{self._cache_keyword: cache}
+        ).last_hidden_state
+        return self._scores(self._head(hidden[torch.arange(len(batch), device=self.device), last]))
+
+    def _scores(self, logits: torch.Tensor) -> list[float]:
         scores = logits[:, self.label_index].float().cpu().tolist()
         bad = [score for score in scores if not math.isfinite(score)]
         if bad:
@@ -351,6 +407,50 @@ class RewardScorer:
         tolerance = 1e-4 if dtype == torch.float32 else 2e-2
         drift = float((unmasked - reference).norm() / reference.norm().clamp_min(1e-12))
         return drift <= tolerance
+
+    @torch.inference_mode()
+    def _probe_prefix_sharing(self) -> bool:
+        """Whether a shared-prefix pass gives this model's one-at-a-time scores.
+
+        Needs causal attention (the padding probe) and a cached pass; then three responses of
+        very different lengths to one prompt are scored both ways. Anything else (an
+        architecture whose cache cannot be repeated, a position scheme that does not continue
+        from a cache) leaves sharing off rather than risking a wrong score.
+        """
+        if not (self._padding_is_invisible and self._cache_keyword):
+            return False
+        prompt = [{"role": "user", "content": "Name a colour of the sky, and explain it."}]
+        replies = ["Blue.", "Blue, because air scatters short wavelengths more.", "Grey " * 12]
+        try:
+            batch = [pair.ids for pair in self.encode_many([(prompt, r) for r in replies])]
+            shared = min(len(ids) for ids in batch) - 1
+            for ids in batch[1:]:
+                shared = min(shared, common_prefix_length(batch[0], ids))
+            if self.torch_threads and torch.get_num_threads() != self.torch_threads:
+                torch.set_num_threads(self.torch_threads)
+            alone = [self._forward_padded([ids])[0] for ids in batch]
+            cached = self._forward_shared(batch, shared)
+        except Exception as exc:  # an architecture without a repeatable cache, say
+            logger.info("%s: no shared-prefix scoring (%s)", self.name, exc)
+            return False
+        dtype = next(self.model.parameters()).dtype
+        tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+        scale = max(1.0, *(abs(score) for score in alone))
+        exact = all(abs(a - b) <= tolerance * scale for a, b in zip(alone, cached, strict=True))
+        if not exact:
+            logger.info("%s: shared-prefix scores differ from one-at-a-time ones", self.name)
+        return exact
+
+
+def _cache_keyword(base: Any) -> str | None:
+    """The keyword ``base.forward`` takes a key/value cache by, if any."""
+    if base is None:
+        return None
+    try:
+        parameters = inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
 
 
 def _padding_id(tokenizer: Any) -> int:

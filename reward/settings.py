@@ -25,6 +25,11 @@ class WorkerSettings(BaseSettings):
     max_wait_ms: float = Field(5.0, ge=0)
     max_responses: int = Field(1024, ge=1, description="Responses accepted in one request.")
     torch_threads: int | None = Field(None, ge=1, description="CPU threads for torch ops.")
+    prefix_sharing: bool = Field(
+        True,
+        description="Run a token prefix that sequences of a batch share once (where the model "
+        "passes the exactness probe at load).",
+    )
     served_model_name: str | None = Field(None, description="Name reported as `model`.")
     host: str = "0.0.0.0"
     port: int = Field(8081, ge=0, le=65535)

@@ -63,3 +63,12 @@ def test_summary_takes_medians_per_mode_and_the_on_off_ratio() -> None:
     assert row["round_speedups"] == "3.00, 0.82, 6.20"  # the same round's modes paired
     assert row["cpu_speedup"] == pytest.approx(3.0)  # median CPU per item, off over on
     assert row["round_speedup_median"] == 3.0 and row["round_speedup_min"] == 90 / 110
+
+
+def test_prompts_differ_in_the_question_under_one_system_prompt() -> None:
+    from reward.bench import PROMPT, _prompts
+
+    dialogues = _prompts(4)
+    assert dialogues[0] == PROMPT
+    assert all(dialogue[0] == PROMPT[0] for dialogue in dialogues)
+    assert len({dialogue[1]["content"] for dialogue in dialogues}) == 4
