@@ -303,11 +303,21 @@ class RewardScorer:
             plan = plan_prefix_groups(batch)
             if plan.groups:
                 scores = [0.0] * len(batch)
-                for group in plan.groups:
-                    members = [batch[index] for index in group.members]
-                    shared = self._forward_shared(members, group.prefix_length)
-                    for index, score in zip(group.members, shared, strict=True):
-                        scores[index] = score
+                try:
+                    for group in plan.groups:
+                        members = [batch[index] for index in group.members]
+                        shared = self._forward_shared(members, group.prefix_length)
+                        for index, score in zip(group.members, shared, strict=True):
+                            scores[index] = score
+                except FloatingPointError:
+                    raise  # the model's own scores, not the shared path, are at fault
+                except Exception:
+                    # The probe passed on short inputs; whatever this batch hit (a cache the
+                    # device cannot hold, a length the cached path cannot take), plain passes
+                    # score it, and every batch after it.
+                    logger.exception("%s: shared-prefix pass failed; sharing turned off", self.name)
+                    self.prefix_sharing = False
+                    return self._forward_padded(batch)
                 if plan.rest:
                     plain = self._forward_padded([batch[index] for index in plan.rest])
                     for index, score in zip(plan.rest, plain, strict=True):

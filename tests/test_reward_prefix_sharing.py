@@ -151,6 +151,28 @@ def test_shared_prefix_scores_equal_one_at_a_time_scores(
     assert max(batched) - min(batched) > 0.05
 
 
+def test_a_failing_shared_pass_falls_back_to_plain_passes_for_good(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    scorer = load_tiny_scorer()
+    assert scorer.prefix_sharing
+    batch = _mixed_batch(scorer)
+    expected = [_reference(scorer, ids) for ids in batch]
+    calls: list[int] = []
+
+    def out_of_memory(self: RewardScorer, members: list[list[int]], prefix: int) -> list[float]:
+        calls.append(len(members))
+        raise RuntimeError("out of memory for the repeated cache")
+
+    monkeypatch.setattr(RewardScorer, "_forward_shared", out_of_memory)
+    with caplog.at_level("ERROR", logger="reward.scorer"):
+        assert scorer.forward(batch) == pytest.approx(expected, abs=1e-4)
+    assert calls == [len(RESPONSES)] and not scorer.prefix_sharing
+    assert "sharing turned off" in caplog.text
+    assert scorer.forward(batch) == pytest.approx(expected, abs=1e-4)
+    assert calls == [len(RESPONSES)]  # not tried again
+
+
 def test_sharing_off_scores_every_sequence_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     from reward_fixtures import tiny_reward_model_path
 
