@@ -92,6 +92,12 @@ def create_app(
                 on_load_failure(exc)
             return
         metrics.model_loaded.set(1)
+        scorer = backend.scorer
+        if scorer is not None:
+            metrics.prefix_sharing_source = lambda: (  # an injected scorer may lack them
+                bool(getattr(scorer, "prefix_sharing", False)),
+                int(getattr(scorer, "shared_prefix_tokens", 0)),
+            )
         logger.info("reward model %s loaded; serving", settings.model)
         if on_loaded is not None:
             try:

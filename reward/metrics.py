@@ -6,9 +6,10 @@ error counter, takes values from a fixed set created up front so every series ex
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 __all__ = ["ERROR_KINDS", "RewardMetrics"]
 
@@ -72,6 +73,9 @@ class RewardMetrics:
             "1 once the reward model is loaded and serving.",
             registry=registry,
         )
+        # (sharing on, token positions saved so far), read from the scorer at scrape time
+        self.prefix_sharing_source: Callable[[], tuple[bool, int]] | None = None
+        registry.register(_PrefixSharingCollector(self))
 
     def batch_done(
         self, size: int, padded_tokens: int, queue_waits: Sequence[float], forward_seconds: float
@@ -85,3 +89,26 @@ class RewardMetrics:
 
     def batch_failed(self, size: int) -> None:
         self.errors.labels(kind="forward").inc()
+
+
+class _PrefixSharingCollector:
+    """Exports the scorer's shared-prefix state, which its forward thread keeps as plain numbers
+    (the scorer knows nothing of Prometheus): whether sharing is on, and the token positions it
+    has saved (``pandora_reward_shared_prefix_tokens_total``); both 0 until the model loads."""
+
+    def __init__(self, metrics: RewardMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        source = self.metrics.prefix_sharing_source
+        enabled, saved = source() if source is not None else (False, 0)
+        yield GaugeMetricFamily(
+            "pandora_reward_prefix_sharing",
+            "1 while shared token prefixes run once per batch (the load-time probe passed).",
+            value=int(enabled),
+        )
+        yield CounterMetricFamily(
+            "pandora_reward_shared_prefix_tokens",
+            "Token positions not computed because sequences of a batch shared a prefix.",
+            value=saved,
+        )

@@ -159,6 +159,7 @@ class RewardScorer:
         # The keyword a cached pass takes (``cache`` in transformers 5, ``past_key_values`` before)
         self._cache_keyword = _cache_keyword(self._base)
         self.prefix_sharing = prefix_sharing and self._probe_prefix_sharing()
+        self.shared_prefix_tokens = 0  # token positions shared prefixes saved so far
 
     @classmethod
     def from_pretrained(
@@ -322,6 +323,7 @@ class RewardScorer:
                     plain = self._forward_padded([batch[index] for index in plan.rest])
                     for index, score in zip(plan.rest, plain, strict=True):
                         scores[index] = score
+                self.shared_prefix_tokens += plan.saved_tokens
                 return scores
         return self._forward_padded(batch)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import time
 
 import pytest
 import torch
@@ -211,6 +212,37 @@ def test_probe_keeps_sharing_off_when_the_cached_pass_is_wrong_or_fails(
 
     monkeypatch.setattr(RewardScorer, "_forward_shared", broken)
     assert not load_tiny_scorer().prefix_sharing
+
+
+def test_worker_exports_whether_it_shares_and_what_sharing_saved() -> None:
+    import httpx
+    from prometheus_client import CollectorRegistry
+    from reward_fixtures import serve
+
+    from reward.app import create_app
+    from reward.settings import WorkerSettings
+
+    scorer = load_tiny_scorer()
+    registry = CollectorRegistry()
+    settings = WorkerSettings(model="tiny-rm", device="cpu", dtype="float32")
+    app = create_app(settings, registry=registry, load_scorer=lambda: scorer)
+    assert registry.get_sample_value("pandora_reward_prefix_sharing") == 0  # not loaded yet
+    assert registry.get_sample_value("pandora_reward_shared_prefix_tokens_total") == 0
+    with serve(app) as url:
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{url}/health").status_code != 200:
+            assert time.monotonic() < deadline, "worker never became healthy"
+            time.sleep(0.02)
+        body = {"messages": LONG_PROMPTS[0], "responses": RESPONSES}
+        answer = httpx.post(f"{url}/v1/rewards", json=body, timeout=30)
+        text = httpx.get(f"{url}/metrics").text
+    assert answer.status_code == 200
+    expected = [scorer.forward([scorer.encode(LONG_PROMPTS[0], r).ids])[0] for r in RESPONSES]
+    assert answer.json()["scores"] == pytest.approx(expected, abs=1e-4)
+    assert "pandora_reward_prefix_sharing 1.0" in text
+    saved = registry.get_sample_value("pandora_reward_shared_prefix_tokens_total")
+    shared = len(scorer.encode(LONG_PROMPTS[0], "").ids) - 8  # about the prompt's length
+    assert saved is not None and saved >= (len(RESPONSES) - 1) * shared
 
 
 def test_worker_cli_turns_sharing_off(monkeypatch: pytest.MonkeyPatch) -> None:
