@@ -170,3 +170,23 @@ def test_target_report_runs_and_renders(tmp_path):
     assert set(data["rows"]["0.9"]) == {"all", "warm", "cold", "reasons"}
     table = target_report.render_table(out, ["p"])
     assert table.count("| p |") == 4  # pooled all / warm / cold start + paper
+
+
+def test_target_report_min_samples_reaches_the_policies(tmp_path):
+    from stoppers.robust import target_report
+
+    rng = np.random.default_rng(5)
+    rewards = rng.normal(size=(12, 40))
+    for policy in ("pooled", "paper"):
+        rows = {
+            floor: target_report.run_one(
+                rewards, policy, orderings=2, min_samples=floor, targets=(0.7,)
+            )["0.7"]["all"]
+            for floor in (2, 20)
+        }
+        assert rows[20]["mean_samples"] >= 20  # nobody stops before the floor
+        assert rows[2]["mean_samples"] < rows[20]["mean_samples"]
+    np.savez(tmp_path / "p.npz", rewards=rewards)
+    args = ["run", str(tmp_path / "p.npz"), "--name", "p", "--policy", "paper", "--orderings", "1"]
+    assert target_report.main([*args, "--min-samples", "3", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "p-paper.json").read_text())["min_samples"] == 3

@@ -39,19 +39,21 @@ LABELS = {
 }
 
 
-def _maker(policy: str, target: float, budget: int):
+def _maker(policy: str, target: float, budget: int, min_samples: int | None = None):
+    """(policy factory, prior factory); ``min_samples`` None keeps each policy's own default."""
     from stoppers import TargetAcceptance
     from stoppers.robust.pooled_target import PooledTargetAcceptance
     from stoppers.robust.shape_prior import ShapePrior
     from stoppers.robust.target import TailTargetAcceptance
 
+    limits = {"max_samples": budget} | ({} if min_samples is None else {"min_samples": min_samples})
     if policy in POOLED:
         new_prior = ShapePrior if policy == "pooled" else partial(ShapePrior, deconvolve=True)
-        return (lambda p: PooledTargetAcceptance(target, prior=p, max_samples=budget)), new_prior
+        return (lambda p: PooledTargetAcceptance(target, prior=p, **limits)), new_prior
     if policy == "tail":
-        return (lambda _p: TailTargetAcceptance(target, max_samples=budget)), None
+        return (lambda _p: TailTargetAcceptance(target, **limits)), None
     if policy == "paper":
-        return (lambda _p: TargetAcceptance(target, max_samples=budget)), None
+        return (lambda _p: TargetAcceptance(target, **limits)), None
     raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
 
 
@@ -62,6 +64,7 @@ def run_one(
     orderings: int,
     seed: int = 0,
     max_samples: int | None = None,
+    min_samples: int | None = None,
     targets: tuple[float, ...] = TARGETS,
 ) -> dict:
     """Savings rows per target (all prompts; for ``pooled`` also warm / cold positions)."""
@@ -72,7 +75,7 @@ def run_one(
     budget = max_samples or rewards.shape[1]
     out: dict = {}
     for target in targets:
-        make, new_prior = _maker(policy, target, budget)
+        make, new_prior = _maker(policy, target, budget, min_samples)
         run = replay_deployment(
             rewards, make, new_prior, orderings=orderings, seed=seed, max_samples=max_samples
         )
@@ -177,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--prompts", type=int, help="first N prompts")
     run.add_argument("--orderings", type=int, default=100)
     run.add_argument("--max-samples", type=int)
+    run.add_argument(
+        "--min-samples", type=int, help="the policies' sample floor (default: each one's own)"
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", default="target-report")
     table = sub.add_parser("table", help="print the markdown table from the JSON files")
@@ -194,13 +200,19 @@ def main(argv: list[str] | None = None) -> int:
         rewards = rewards[: args.prompts]
     started = time.time()
     rows = run_one(
-        rewards, args.policy, orderings=args.orderings, seed=args.seed, max_samples=args.max_samples
+        rewards,
+        args.policy,
+        orderings=args.orderings,
+        seed=args.seed,
+        max_samples=args.max_samples,
+        min_samples=args.min_samples,
     )
     result = {
         "family": args.name,
         "prompts": int(rewards.shape[0]),
         "orderings": args.orderings,
         "policy": args.policy,
+        "min_samples": args.min_samples,
         "rows": rows,
         "seconds": time.time() - started,
     }
