@@ -75,12 +75,12 @@ def plan_prefix_groups(
         if high - low < 2:
             return 0, []
         shortest = min(len(batch[order[i]]) for i in range(low, high))
-        shared = min(min(adjacent[low : high - 1]), shortest - 1)
+        cut = min(adjacent[low : high - 1])
+        shared = min(cut, shortest - 1)
         whole = (high - low - 1) * shared - group_cost
         whole_groups = [PrefixGroup(tuple(order[low:high]), shared)]
         if shared < min_prefix or whole <= 0:
             whole, whole_groups = 0, []
-        cut = min(adjacent[low : high - 1])
         split_saved, split_groups, start = 0, [], low
         if any(adjacent[i] != cut for i in range(low, high - 1)):
             for i in range(low, high):

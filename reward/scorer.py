@@ -296,8 +296,7 @@ class RewardScorer:
         """Raw reward logits for a batch of token-id sequences, in input order."""
         if not batch:
             return []
-        if self.torch_threads and torch.get_num_threads() != self.torch_threads:
-            torch.set_num_threads(self.torch_threads)
+        self._use_torch_threads()
         if self._head is None or self._base is None:
             return [self._forward_padded([ids])[0] for ids in batch]
         if self.prefix_sharing and len(batch) > 1:
@@ -326,6 +325,11 @@ class RewardScorer:
                 self.shared_prefix_tokens += plan.saved_tokens
                 return scores
         return self._forward_padded(batch)
+
+    def _use_torch_threads(self) -> None:
+        """Apply ``torch_threads`` here: torch's CPU thread count is set per calling thread."""
+        if self.torch_threads and torch.get_num_threads() != self.torch_threads:
+            torch.set_num_threads(self.torch_threads)
 
     def _forward_padded(self, batch: Sequence[Sequence[int]]) -> list[float]:
         lengths = [len(ids) for ids in batch]
@@ -408,8 +412,7 @@ class RewardScorer:
             ids = self.encode([{"role": "user", "content": "Is 2 + 2 = 4?"}], "Yes, it is 4.").ids
         except Exception:  # a template that refuses a plain dialogue: do not guess
             return False
-        if self.torch_threads and torch.get_num_threads() != self.torch_threads:
-            torch.set_num_threads(self.torch_threads)
+        self._use_torch_threads()
         alone = torch.tensor([ids], device=self.device)
         followed = torch.tensor([ids + ids[::-1]], device=self.device)
         reference = self._base(input_ids=alone, attention_mask=torch.ones_like(alone))
@@ -438,8 +441,7 @@ class RewardScorer:
             shared = min(len(ids) for ids in batch) - 1
             for ids in batch[1:]:
                 shared = min(shared, common_prefix_length(batch[0], ids))
-            if self.torch_threads and torch.get_num_threads() != self.torch_threads:
-                torch.set_num_threads(self.torch_threads)
+            self._use_torch_threads()
             alone = [self._forward_padded([ids])[0] for ids in batch]
             cached = self._forward_shared(batch, shared)
         except Exception as exc:  # an architecture without a repeatable cache, say
