@@ -18,7 +18,16 @@ __all__ = ["register"]
 DEFAULT_PROFIT_COSTS = (0.002, 0.001, 0.0004, 0.0002)
 DEFAULT_WINRATE_COSTS = tuple(float(f"{c:.3g}") for c in np.logspace(-5, -3, 9))
 DEFAULT_TARGETS = tuple(round(0.6 + 0.05 * i, 2) for i in range(9))
-POLICIES = ("adaptive", "target", "ucb-exp", "beacon", "patience", "tail-cost", "shape-cost")
+POLICIES = (
+    "adaptive",
+    "target",
+    "ucb-exp",
+    "beacon",
+    "patience",
+    "tail-cost",
+    "shape-cost",
+    "bayes-shape-cost",
+)
 TARGET_POLICIES = ("target", "tail-target", "pooled-target")
 
 

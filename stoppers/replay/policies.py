@@ -160,6 +160,9 @@ _CHOICES = {
     "target": PolicyChoice("target", "stoppers.adaptive:TargetAcceptance", "target", fast="target"),
     "tail-cost": PolicyChoice("tail-cost", "stoppers.robust.cost:TailPandora", "cost"),
     "shape-cost": PolicyChoice("shape-cost", "stoppers.robust.shape_cost:ShapePandora", "cost"),
+    "bayes-shape-cost": PolicyChoice(
+        "bayes-shape-cost", "stoppers.robust.bayes_cost:BayesShapePandora", "cost"
+    ),
     "tail-target": PolicyChoice(
         "tail-target", "stoppers.robust.target:TailTargetAcceptance", "target"
     ),

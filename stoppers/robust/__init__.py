@@ -2,14 +2,17 @@
 
 * :class:`TailTargetAcceptance` - target mode: deliver the requested acceptance rate.
 * :class:`TailPandora` - cost mode: Weitzman's rule on a fitted tail.
-* :class:`ShapePandora` - cost mode on the deployment-learned shape (:class:`CostShapePrior`);
-  the gateway's default (cold start: TailPandora).
+* :class:`ShapePandora` - cost mode on the deployment-learned shape (:class:`CostShapePrior`),
+  opt-in (cold start: TailPandora, the gateway's default).
+* :class:`BayesShapePandora` - the same shape, the Bayes-optimal stop by backward induction
+  (:mod:`stoppers.robust.bayes_table`), opt-in.
 * :class:`TailPrior` - a serialisable cross-prompt prior on the tail shape, kept per model.
 
 Both policies fit a generalised Pareto tail to the raw rewards seen so far
 (:mod:`stoppers.robust.gpd_tail`) instead of the paper's shifted exponential on exp(reward).
 """
 
+from stoppers.robust.bayes_cost import BayesShapePandora
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.gpd_tail import TailFit, fit_tail
 from stoppers.robust.prior import TailPrior
@@ -17,6 +20,7 @@ from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
 from stoppers.robust.target import TailTargetAcceptance
 
 __all__ = [
+    "BayesShapePandora",
     "CostShapePrior",
     "ShapePandora",
     "TailFit",

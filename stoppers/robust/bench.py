@@ -64,6 +64,18 @@ def _pooled_unreachable():
     return make
 
 
+def _bayes_unreachable(learned):
+    """BayesShapePandora warm on ``learned`` whose table never says stop (one lookup per
+    observe is all it ever does; the table's values do not change its cost)."""
+    import dataclasses
+
+    from stoppers.robust.bayes_cost import BayesShapePandora
+
+    table = BayesShapePandora(1e-3, max_samples=10_000, prior=learned, horizon=40).table
+    never = dataclasses.replace(table, margin=np.full_like(table.margin, -1.0))
+    return lambda: BayesShapePandora(1e-3, max_samples=10_000, table=never)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000)
@@ -83,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             1e-12, max_samples=10_000, prior=learned, inflation=50.0
         ),
         "PooledTargetAcceptance": _pooled_unreachable(),
+        "BayesShapePandora": _bayes_unreachable(learned),
     }
     print(f"{'policy':24s} {'n':>5s} {'median_us':>10s} {'p99_us':>9s}")
     for name, make in makers.items():

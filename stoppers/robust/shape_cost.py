@@ -30,7 +30,8 @@ the last evaluation (the parameters drift slowly); the median observe is a few m
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,8 @@ class CostShapePrior(ShapePrior):
     tail_hits: float = 0.0  # sum over shape requests of h = draws above the level
     tail_hits_sq: float = 0.0  # sum of h^2 / m (m = the request's standardised draws)
     tail_draws: float = 0.0  # sum of m
+    # Bayes cost tables built on this prior (stoppers.robust.bayes_cost.cost_table); not persisted
+    cost_tables: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
 
     @property
     def dispersion(self) -> float | None:
