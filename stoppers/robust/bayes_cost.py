@@ -30,6 +30,7 @@ from stoppers.robust.shape_cost import (
     _trusted,
     cost_shape_prior,
 )
+from stoppers.robust.tracker import BestTies
 
 __all__ = ["MAX_COST_TABLES", "BayesShapePandora", "cost_table"]
 
@@ -120,6 +121,7 @@ class BayesShapePandora(StoppingPolicy):
                 prior=prior if isinstance(prior, TailPrior) else None,
             )
         self._shift = 0.0  # first reward: sums of shifted rewards keep the variance exact
+        self._ties = BestTies()
         self._sum = 0.0
         self._sum_sq = 0.0
 
@@ -139,12 +141,15 @@ class BayesShapePandora(StoppingPolicy):
         x = reward - self._shift
         self._sum += x
         self._sum_sq += x * x
+        self._ties.note(reward, self._best, self._best_index, n)
         if n < self.min_samples:
             return None
+        if self._ties.ceiling(self._shift + self._sum / n, self._best):
+            return "tied"  # the best seen 3 times above lower rewards: a ceiling (clip)
         mean = self._sum / n
         var = (self._sum_sq - n * mean * mean) / (n - 1)
-        if not var > 0.0:
-            return None  # all tied so far: no scale to judge the best against yet
+        if not var > 0.0:  # all tied so far: no scale to judge the best against
+            return "tied" if BestTies.point_mass(n, self.min_samples) else None
         table = self.table
         assert table is not None
         gap = self._best - self._shift - mean

@@ -26,7 +26,7 @@ from stoppers.base import StoppingPolicy
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.shape_prior import ShapePrior, StopTable
 from stoppers.robust.target import TailTargetAcceptance
-from stoppers.robust.tracker import TIES_AT_MAX
+from stoppers.robust.tracker import BestTies
 
 __all__ = ["COLD_START", "PooledTargetAcceptance"]
 
@@ -79,7 +79,7 @@ class PooledTargetAcceptance(StoppingPolicy):
         self._mean = 0.0
         self._m2 = 0.0
         self._scale = math.nan
-        self._best_ties = 0
+        self._ties = BestTies()
 
     deployment_prior = ShapePrior  # what sequential replay / the gateway keeps for this policy
 
@@ -102,14 +102,13 @@ class PooledTargetAcceptance(StoppingPolicy):
         if self._fallback is not None:
             return self._fallback.stop_reason if self._fallback.observe(reward) else None
         n = self._n
-        if reward == self._best:
-            self._best_ties = self._best_ties + 1 if self._best_index < n - 1 else 1
+        self._ties.note(reward, self._best, self._best_index, n)
         delta = reward - self._mean
         self._mean += delta / n
         self._m2 += delta * (reward - self._mean)
         if n < self.min_samples:
             return None
-        if self._best_ties >= TIES_AT_MAX and self._mean < self._best:
+        if self._ties.ceiling(self._mean, self._best):
             return "tied"  # the best seen 3 times above lower rewards: a ceiling (clipped scores)
         table = self._table
         sd = math.sqrt(self._m2 / (n - 1)) if n > 1 and self._m2 > 0.0 else 0.0

@@ -42,6 +42,7 @@ from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.shape_prior import S_BINS, S_HI, S_LO, Z_BINS, Z_HI, Z_LO, ShapePrior
+from stoppers.robust.tracker import BestTies
 
 __all__ = ["CostShape", "CostShapePrior", "ShapePandora", "cost_shape_prior"]
 
@@ -275,6 +276,7 @@ class ShapePandora(StoppingPolicy):
                 prior=prior if isinstance(prior, TailPrior) else None,
             )
         self._shift = 0.0  # first reward: sums of shifted rewards keep the variance exact
+        self._ties = BestTies()
         self._sum = 0.0
         self._sum_sq = 0.0
         self._eval_n = 0
@@ -317,14 +319,17 @@ class ShapePandora(StoppingPolicy):
         x = reward - self._shift
         self._sum += x
         self._sum_sq += x * x
+        self._ties.note(reward, self._best, self._best_index, n)
         if n < self.min_samples:
             return None
+        if self._ties.ceiling(self._shift + self._sum / n, self._best):
+            return "tied"  # the best seen 3 times above lower rewards: a ceiling (clip)
         if n > EXACT_UNTIL and self._best <= self._eval_best and n < self._eval_n + n // 32:
             return "threshold" if self._gain <= self.cost else None
         mean = self._sum / n
         var = (self._sum_sq - n * mean * mean) / (n - 1)
-        if not var > 0.0:
-            return None  # all tied so far: no scale to judge the best against yet
+        if not var > 0.0:  # all tied so far: no scale to judge the best against
+            return "tied" if BestTies.point_mass(n, self.min_samples) else None
         shape = self.shape
         assert shape is not None
         w = shape.sd_precision * (n - 1)

@@ -18,13 +18,38 @@ import numpy as np
 
 from stoppers.robust.gpd_tail import TailFit, fit_tail
 
-__all__ = ["TailTracker"]
+__all__ = ["BestTies", "TailTracker"]
 
 # Fit the tail without the current best (judge the best against the others)? Measured on the
 # training families it made the target rule stop earlier but not more efficiently, so off.
 LEAVE_OUT_BEST = False
 TIES_AT_MAX = 3
 ALL_TIED = 16
+
+
+class BestTies:
+    """The ceiling rule for policies that keep no sorted rewards (the learned-shape ones):
+    counts how often the current best has been seen. Clipped judge scores repeat their upper
+    clip; a best seen ``TIES_AT_MAX`` times above lower rewards is the top of the support, and
+    no location-scale shape can say so (its benchmark may sit above the clip forever)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def note(self, reward: float, best: float, best_index: int, n: int) -> None:
+        """Call after the base class has recorded the n-th ``reward``."""
+        if reward == best:
+            self.count = self.count + 1 if best_index < n - 1 else 1
+
+    def ceiling(self, mean: float, best: float) -> bool:
+        return self.count >= TIES_AT_MAX and mean < best
+
+    @staticmethod
+    def point_mass(n: int, min_samples: int) -> bool:
+        """``n`` identical rewards (call only when they are): stop at max(2 min, ALL_TIED)."""
+        return n >= max(2 * min_samples, ALL_TIED)
 
 
 class TailTracker:
