@@ -200,7 +200,7 @@ def test_rejects_bad_horizon():
 
 
 @pytest.mark.parametrize("policy_class", [BayesShapePandora, ShapePandora])
-def test_warm_shape_policies_stop_at_a_tied_ceiling_and_a_point_mass(policy_class):
+def test_warm_shape_policies_stop_at_a_tied_ceiling_but_not_at_a_point_mass(policy_class):
     # A clipped judge: the top score repeats. No location-scale shape can tell the benchmark
     # sits at the clip, so the ties decide (as in TailPandora): the 3rd copy of the best stops.
     prior = cost_shape_prior()
@@ -212,6 +212,7 @@ def test_warm_shape_policies_stop_at_a_tied_ceiling_and_a_point_mass(policy_clas
     stream = [0.1, 2.0, -0.4, 0.3, 2.0, -1.0, 0.0, 0.2, 0.5, 2.0, 1.0]
     stops = [policy.observe(r) for r in stream[:10]]
     assert stops == [False] * 9 + [True] and policy.stop_reason == "tied"
-    flat = policy_class(1e-6, max_samples=200, prior=prior)
-    assert [flat.observe(0.7) for _ in range(16)] == [False] * 15 + [True]
-    assert flat.stop_reason == "tied"
+    # identical rewards may be a lower clip with better answers above (AlpacaEval): keep going
+    flat = policy_class(1e-6, max_samples=40, prior=prior)
+    assert [flat.observe(0.7) for _ in range(40)] == [False] * 39 + [True]
+    assert flat.stop_reason == "budget"

@@ -148,8 +148,8 @@ class BayesShapePandora(StoppingPolicy):
             return "tied"  # the best seen 3 times above lower rewards: a ceiling (clip)
         mean = self._sum / n
         var = (self._sum_sq - n * mean * mean) / (n - 1)
-        if not var > 0.0:  # all tied so far: no scale to judge the best against
-            return "tied" if BestTies.point_mass(n, self.min_samples) else None
+        if not var > 0.0:
+            return None  # all tied so far: no scale to judge the best against yet
         table = self.table
         assert table is not None
         gap = self._best - self._shift - mean

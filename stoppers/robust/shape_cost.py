@@ -328,8 +328,8 @@ class ShapePandora(StoppingPolicy):
             return "threshold" if self._gain <= self.cost else None
         mean = self._sum / n
         var = (self._sum_sq - n * mean * mean) / (n - 1)
-        if not var > 0.0:  # all tied so far: no scale to judge the best against
-            return "tied" if BestTies.point_mass(n, self.min_samples) else None
+        if not var > 0.0:
+            return None  # all tied so far: no scale to judge the best against yet
         shape = self.shape
         assert shape is not None
         w = shape.sd_precision * (n - 1)

@@ -31,7 +31,12 @@ class BestTies:
     """The ceiling rule for policies that keep no sorted rewards (the learned-shape ones):
     counts how often the current best has been seen. Clipped judge scores repeat their upper
     clip; a best seen ``TIES_AT_MAX`` times above lower rewards is the top of the support, and
-    no location-scale shape can say so (its benchmark may sit above the clip forever)."""
+    no location-scale shape can say so (its benchmark may sit above the clip forever).
+
+    Unlike :meth:`TailTracker.tied_ceiling` there is no point-mass rule (16 identical rewards):
+    on the AlpacaEval pool, where most responses sit at the judge's lower clip, it stopped
+    requests before their few good responses (ShapePandora 0.966 -> 0.946 of the oracle at
+    c = 1e-3, frozen-prior replay, README "Cost mode by backward induction")."""
 
     __slots__ = ("count",)
 
@@ -45,11 +50,6 @@ class BestTies:
 
     def ceiling(self, mean: float, best: float) -> bool:
         return self.count >= TIES_AT_MAX and mean < best
-
-    @staticmethod
-    def point_mass(n: int, min_samples: int) -> bool:
-        """``n`` identical rewards (call only when they are): stop at max(2 min, ALL_TIED)."""
-        return n >= max(2 * min_samples, ALL_TIED)
 
 
 class TailTracker:
