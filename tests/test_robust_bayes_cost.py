@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 from scipy import integrate
+from scipy.ndimage import map_coordinates
+from scipy.optimize import brentq
 from scipy.stats import norm
 
 from stoppers.robust.bayes_cost import MAX_COST_TABLES, BayesShapePandora, cost_table
@@ -43,8 +45,6 @@ def _margin(table, n, sd, gap):
     x = (math.log(sd) - table.log_sd[0]) / (table.log_sd[1] - table.log_sd[0])
     mode = np.interp(x, np.arange(table.log_sd.size), table.modes[k])
     y = (gap / math.exp(mode) - table.gap[0]) / (table.gap[1] - table.gap[0])
-    from scipy.ndimage import map_coordinates
-
     return float(map_coordinates(table.margin[k], [[x], [y]], order=1)[0])
 
 
@@ -116,8 +116,6 @@ def test_known_scale_rule_earns_close_to_the_oracle_on_normal_rewards():
     u = _ar(np.linspace(-9, 9, 20001) - Q99)
     w = norm.pdf(np.linspace(-9, 9, 20001))
     w /= w.sum()
-    from scipy.optimize import brentq
-
     fair_cap = brentq(lambda t: float(w @ np.maximum(u - t, 0.0)) - c, 0.0, 1.0)
     assert np.mean(profits) / fair_cap > 0.97
     assert 30 < np.mean(ns) < 200
@@ -216,3 +214,27 @@ def test_warm_shape_policies_stop_at_a_tied_ceiling_but_not_at_a_point_mass(poli
     flat = policy_class(1e-6, max_samples=40, prior=prior)
     assert [flat.observe(0.7) for _ in range(40)] == [False] * 39 + [True]
     assert flat.stop_reason == "budget"
+
+
+def test_bayes_report_runs_both_modes_on_a_small_pool(tmp_path, capsys):
+    import json
+
+    from stoppers.replay.synth import SynthSpec, generate
+    from stoppers.robust.bayes_report import main
+
+    pool = tmp_path / "normal.npz"
+    np.savez(pool, **generate(SynthSpec(family="normal", prompts=30, samples=40, seed=3)))
+    out = tmp_path / "frozen.json"
+    args = ["--cost", "0.01", "--prompts", "3", "--permutations", "2", "--out", str(out)]
+    assert main(["frozen", str(pool), "--learn", "10:30", *args]) == 0
+    result = json.loads(out.read_text())
+    assert result["prior"]["warm"] is True
+    rows = result["rows"]
+    assert set(rows) == {"TailPandora", "ShapePandora", "BayesShapePandora", "best fixed N"}
+    assert all(0 < rows[k]["samples"] <= 40 for k in rows if k != "best fixed N")
+    assert main(["bound", str(pool), "--horizon", "40", *args]) == 0
+    assert "scale known" in capsys.readouterr().out
+    gumbel = tmp_path / "gumbel.npz"
+    np.savez(gumbel, **generate(SynthSpec(family="gumbel", prompts=5, samples=40, seed=3)))
+    with pytest.raises(SystemExit, match="normal"):
+        main(["bound", str(gumbel), *args])
