@@ -27,6 +27,7 @@ from dataclasses import replace
 from stoppers.robust.gpd_tail import TailFit
 from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
+from stoppers.robust.tracker import COST_ALL_TIED
 
 __all__ = ["TailPandora", "default_kappa_z"]
 
@@ -46,6 +47,8 @@ class TailPandora(TailPolicy):
         GPD shape's standard error with w prior pseudo-exceedances (0: off).
     prior: cross-prompt :class:`TailPrior` (shape prior); None uses ``TailPrior()``.
     """
+
+    all_tied = COST_ALL_TIED
 
     def __init__(
         self,

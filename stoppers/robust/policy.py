@@ -12,7 +12,7 @@ import math
 from stoppers.base import StoppingPolicy
 from stoppers.robust.gpd_tail import TailFit, acceptance
 from stoppers.robust.prior import TailPrior
-from stoppers.robust.tracker import TailTracker
+from stoppers.robust.tracker import ALL_TIED, TailTracker
 
 __all__ = ["DEFAULT_MIN_SAMPLES", "TailPolicy", "kappa_offset"]
 
@@ -20,6 +20,8 @@ __all__ = ["DEFAULT_MIN_SAMPLES", "TailPolicy", "kappa_offset"]
 class TailPolicy(StoppingPolicy):
     """Base of :class:`~stoppers.robust.TailPandora` and
     :class:`~stoppers.robust.TailTargetAcceptance` (not a policy on its own)."""
+
+    all_tied = ALL_TIED  # identical rewards that make a point mass (tracker.tied_ceiling)
 
     def __init__(
         self,
@@ -66,7 +68,7 @@ class TailPolicy(StoppingPolicy):
         tracker = self._tracker
         refit = tracker.add(reward)
         fit = tracker.fit
-        if tracker.tied_ceiling(self.min_samples):
+        if tracker.tied_ceiling(self.min_samples, self.all_tied):
             return "tied"
         if fit is None:
             return None
