@@ -192,9 +192,12 @@ def test_rejects_bad_costs(bad):
         build_cost_table(bad, _normal_shape(), max_samples=10)
 
 
-def test_rejects_bad_horizon():
+def test_rejects_bad_horizon_and_a_table_of_another_cost():
     with pytest.raises(ValueError, match="horizon"):
         BayesShapePandora(1e-3, horizon=2)
+    table = build_cost_table(1e-3, _normal_shape(), max_samples=10, horizon=10)
+    with pytest.raises(ValueError, match="built for cost"):
+        BayesShapePandora(2e-3, table=table)
 
 
 @pytest.mark.parametrize("policy_class", [BayesShapePandora, ShapePandora])

@@ -104,6 +104,8 @@ class BayesShapePandora(StoppingPolicy):
         self.cost = cost
         self.alpha = float(alpha)
         self.min_samples = _default_min_samples(min_samples, max_samples)
+        if table is not None and table.cost != cost:
+            raise ValueError(f"table was built for cost {table.cost!r}, not {cost!r}")
         self.table = table
         if table is None and isinstance(prior, CostShapePrior) and _trusted(prior, warm_requests):
             budget = 960 if max_samples is None else max_samples
