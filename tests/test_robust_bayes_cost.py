@@ -82,8 +82,9 @@ def test_last_bellman_step_matches_direct_integration():
 
 def test_stop_set_is_an_upper_set_in_the_gap_and_dearer_samples_stop_sooner():
     shape = _normal_shape()
-    cheap = build_cost_table(1e-4, shape, max_samples=60, horizon=60, gap_nodes=81)
-    dear = build_cost_table(1e-2, shape, max_samples=60, horizon=60, gap_nodes=81)
+    grid = {"max_samples": 60, "horizon": 60, "log_sd_nodes": 41, "gap_nodes": 81}
+    cheap = build_cost_table(1e-4, shape, **grid)
+    dear = build_cost_table(1e-2, shape, **grid)
     for table in (cheap, dear):
         for n in (10, 20, 40):
             for row in table.margin[n]:

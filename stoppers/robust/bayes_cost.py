@@ -6,7 +6,7 @@ one-step Weitzman test replaced by the Bayes-optimal stop of
 request's location and scale. Same prior (:class:`CostShapePrior`), same warm-up and
 shared-shape test, same cold start (:class:`~stoppers.robust.cost.TailPandora`).
 
-The table costs a build (~10 s on one core at the default grid), so a prior keeps the tables
+The table costs a build (~1.4 s on one core at the default grid), so a prior keeps the tables
 it was asked for (least recently used dropped past ``MAX_COST_TABLES``) and rebuilds one when
 the shape has been learned from twice as many requests as when it was built. Per observation
 the policy does a Welford update and one bilinear lookup (a few microseconds).

@@ -167,8 +167,9 @@ def _bound(args: argparse.Namespace, data: np.lib.npyio.NpzFile) -> dict:
         raise SystemExit("bound needs a `pandora synth --family normal` pool (true scales stored)")
     budget = rewards.shape[1]
     spread = float(args.scale_spread)
+    fine = {"horizon": args.horizon, "log_sd_nodes": 41, "gap_nodes": 161}  # a limit: fine grid
     unknown = build_cost_table(
-        args.cost, exact_normal_shape(0.0, spread), max_samples=budget, horizon=args.horizon
+        args.cost, exact_normal_shape(0.0, spread), max_samples=budget, **fine
     )
     scales = np.asarray(data["scale"], dtype=np.float64)
     known = {
@@ -176,7 +177,7 @@ def _bound(args: argparse.Namespace, data: np.lib.npyio.NpzFile) -> dict:
             args.cost,
             exact_normal_shape(math.log(scales[i]), 1e-3),
             max_samples=budget,
-            horizon=args.horizon,
+            **fine,
         )
         for i in range(args.prompts)
     }

@@ -43,10 +43,13 @@ from stoppers.robust.shape_cost import CostShape
 
 __all__ = ["DEFAULT_HORIZON", "CostTable", "build_cost_table"]
 
-DEFAULT_HORIZON = 320  # table rows; the budget past it is valued as "parameters known"
-LOG_SD_NODES = 41  # grid of log sample sd, scale_mu +- LOG_SD_SPAN
+# Grid and horizon: 21 x 81 nodes and 160 rows build in ~1.4 s on one core and earned the same
+# profit as 41 x 161 x 320 rows (~12 s) within 0.2 point of the oracle on normal (c = 1e-3,
+# 1e-4), Student-t and exponential (c = 1e-3) pools (frozen-prior replay, 24 prompts x 100).
+DEFAULT_HORIZON = 160  # table rows; the budget past it is valued as "parameters known"
+LOG_SD_NODES = 21  # grid of log sample sd, scale_mu +- LOG_SD_SPAN
 LOG_SD_SPAN = 2.5
-GAP_NODES = 161  # grid of (best - mean) / posterior scale, 0 .. z_alpha + 5 (>= 7)
+GAP_NODES = 81  # grid of (best - mean) / posterior scale, 0 .. z_alpha + 5 (>= 7)
 SCALE_NODES = 5  # Gauss-Hermite nodes of the log-scale posterior
 SHAPE_NODES = 24  # predictive draws: quantiles of the shape, spaced on the normal-score scale
 
@@ -148,7 +151,7 @@ def build_cost_table(
 ) -> CostTable:
     """Backward induction (module docstring) for one cost, shape and budget.
 
-    Cost: ~horizon x 40 ms at the default grid (about 10 s for 320 rows on one core).
+    Cost: ~horizon x 9 ms at the default grid (about 1.4 s for 160 rows on one core).
     """
     if not (cost > 0.0 and math.isfinite(cost)):
         raise ValueError(f"cost must be finite and > 0, got {cost!r}")
