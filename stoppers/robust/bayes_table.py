@@ -44,7 +44,7 @@ from stoppers.robust.shape_cost import CostShape
 __all__ = ["DEFAULT_HORIZON", "CostTable", "build_cost_table"]
 
 # Grid and horizon: 21 x 81 nodes and 160 rows build in ~1.4 s on one core and earned the same
-# profit as 41 x 161 x 320 rows (~12 s) within 0.2 point of the oracle on normal (c = 1e-3,
+# profit as 41 x 161 x 320 rows (~12 s) within 0.3 point of the oracle on normal (c = 1e-3,
 # 1e-4), Student-t and exponential (c = 1e-3) pools (frozen-prior replay, 24 prompts x 100).
 DEFAULT_HORIZON = 160  # table rows; the budget past it is valued as "parameters known"
 LOG_SD_NODES = 21  # grid of log sample sd, scale_mu +- LOG_SD_SPAN
