@@ -107,10 +107,11 @@ class CostTable:
         return top * (1.0 - fx) + bottom * fx >= 0.0
 
 
-def _shape_nodes(shape: CostShape, count: int) -> tuple[np.ndarray, np.ndarray, float]:
+def _shape_nodes(shape: CostShape, count: int) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Predictive draws of the shape: ``count`` quantiles at the midpoints of bins equally wide
     on the normal-score scale (the far tail gets its own nodes), restandardised to mean 0 and
-    sd 1 as the model assumes; returns nodes, weights and z_alpha on the same scale."""
+    sd 1 as the model assumes; returns nodes, weights, z_alpha on the same scale, and the
+    histogram-to-model scale factor 1 / sd."""
     scores = np.linspace(-4.5, 4.5, count + 1)
     edges = norm.cdf(scores)
     edges[0], edges[-1] = 0.0, 1.0
@@ -120,19 +121,20 @@ def _shape_nodes(shape: CostShape, count: int) -> tuple[np.ndarray, np.ndarray, 
     w = np.diff(edges)
     mean = float(w @ z)
     sd = math.sqrt(float(w @ (z - mean) ** 2)) or 1.0
-    return (z - mean) / sd, w, (shape.z_alpha - mean) / sd
+    return (z - mean) / sd, w, (shape.z_alpha - mean) / sd, 1.0 / sd
 
 
-def _fair_caps(shape: CostShape, cost: float, log_s: np.ndarray, z_alpha: float) -> np.ndarray:
-    """tau(s): E[(AR(s (Z - z_alpha)) - tau)+] = cost under the shape's histogram, per scale."""
+def _fair_caps(shape: CostShape, cost: float, log_s: np.ndarray, unit: float) -> np.ndarray:
+    """tau(s): E[(AR(s (Z - z_alpha)) - tau)+] = cost under the shape's histogram, per scale;
+    ``unit`` converts histogram units to the model's standardised Z (:func:`_shape_nodes`)."""
     out = np.empty(log_s.size)
 
     def excess(t: float, u: np.ndarray) -> float:
         return float(shape.p @ np.maximum(u - t, 0.0)) - cost
 
     for k, ls in enumerate(log_s):
-        x = np.minimum(math.exp(ls) * (z_alpha - shape.z), 700.0)  # AR = 2 / (1 + e^-d)
-        u = np.minimum(2.0 / (1.0 + np.exp(x)), 1.0)
+        d = math.exp(ls) * unit * (shape.z - shape.z_alpha)  # reward - kappa, in reward units
+        u = np.minimum(2.0 / (1.0 + np.exp(np.minimum(-d, 700.0))), 1.0)  # AR(d), no overflow
         out[k] = 0.0 if excess(0.0, u) <= 0.0 else brentq(excess, 0.0, 1.0, args=(u,), xtol=1e-9)
     return out
 
@@ -161,7 +163,7 @@ def build_cost_table(
     mu0 = shape.scale_mu
     tau0 = 1.0 / math.sqrt(shape.scale_precision)
     dof_per_sample = shape.sd_precision / 2.0  # 1 for the normal shape
-    z, zw, q = _shape_nodes(shape, shape_nodes)
+    z, zw, q, unit = _shape_nodes(shape, shape_nodes)
     log_sd = mu0 + np.linspace(-LOG_SD_SPAN, LOG_SD_SPAN, log_sd_nodes)
     gap = np.linspace(0.0, max(7.0, q + 5.0), gap_nodes)
     ll, uu = np.meshgrid(log_sd, gap, indexing="ij")
@@ -193,7 +195,7 @@ def build_cost_table(
     stop = stop_value(horizon, s, d)
     if horizon < max_samples:  # past the table: the parameters are as good as known
         grid = np.linspace(mu0 - 4.0, mu0 + 4.0, 161)
-        tau = np.interp(np.log(s), grid, _fair_caps(shape, cost, grid, q))
+        tau = np.interp(np.log(s), grid, _fair_caps(shape, cost, grid, unit))
         value = np.maximum(_expected_ar(d[..., None] - s * q, s / math.sqrt(horizon)), tau) @ gh_w
         margin[horizon] = stop - tau @ gh_w
     else:
