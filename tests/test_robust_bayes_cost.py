@@ -12,27 +12,12 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from stoppers.robust.bayes_cost import MAX_COST_TABLES, BayesShapePandora, cost_table
+from stoppers.robust.bayes_report import exact_normal_shape
 from stoppers.robust.bayes_table import build_cost_table
 from stoppers.robust.cost import TailPandora
-from stoppers.robust.shape_cost import CostShape, ShapePandora, cost_shape_prior
+from stoppers.robust.shape_cost import ShapePandora, cost_shape_prior
 
 Q99 = norm.ppf(0.99)
-
-
-def _normal_shape(*, scale_mu: float = 0.0, scale_sd: float = 0.4) -> CostShape:
-    """The exact standard normal shape on a fine grid, log s ~ N(scale_mu, scale_sd^2)."""
-    z = np.linspace(-6.0, 6.0, 6001)
-    p = norm.pdf(z)
-    p /= p.sum()
-    return CostShape(
-        z=z,
-        p=p,
-        z_alpha=float(Q99),
-        above_alpha=0.01,
-        sd_precision=2.0,
-        scale_mu=scale_mu,
-        scale_precision=1.0 / scale_sd**2,
-    )
 
 
 def _ar(x):
@@ -52,7 +37,7 @@ def test_last_bellman_step_matches_direct_integration():
     # Scale known (prior sd 1e-3 around s = 1), budget 10: at n = 9 the continuation is one
     # more draw and a forced stop. Integrate that directly and compare with the table.
     c = 2e-3
-    table = build_cost_table(c, _normal_shape(scale_sd=1e-3), max_samples=10, horizon=10)
+    table = build_cost_table(c, exact_normal_shape(0.0, 1e-3), max_samples=10, horizon=10)
     n, gap = 9, 1.6
 
     def stop_value(k: int, g: float) -> float:
@@ -81,7 +66,7 @@ def test_last_bellman_step_matches_direct_integration():
 
 
 def test_stop_set_is_an_upper_set_in_the_gap_and_dearer_samples_stop_sooner():
-    shape = _normal_shape()
+    shape = exact_normal_shape(0.0, 0.4)
     grid = {"max_samples": 60, "horizon": 60, "log_sd_nodes": 41, "gap_nodes": 81}
     cheap = build_cost_table(1e-4, shape, **grid)
     dear = build_cost_table(1e-2, shape, **grid)
@@ -103,7 +88,7 @@ def test_known_scale_rule_earns_close_to_the_oracle_on_normal_rewards():
     # The model is right (normal shape, s = 1 known): the Bayes rule's profit on fresh streams
     # must be close to the fair cap (what the oracle that knows m and s earns).
     c = 1e-3
-    table = build_cost_table(c, _normal_shape(scale_sd=1e-3), max_samples=960, horizon=160)
+    table = build_cost_table(c, exact_normal_shape(0.0, 1e-3), max_samples=960, horizon=160)
     rng = np.random.default_rng(7)
     profits, ns = [], []
     for _ in range(300):
@@ -190,13 +175,13 @@ def test_rejects_bad_costs(bad):
     with pytest.raises(ValueError, match="cost"):
         BayesShapePandora(bad)
     with pytest.raises(ValueError, match="cost"):
-        build_cost_table(bad, _normal_shape(), max_samples=10)
+        build_cost_table(bad, exact_normal_shape(0.0, 0.4), max_samples=10)
 
 
 def test_rejects_bad_horizon_and_a_table_of_another_cost():
     with pytest.raises(ValueError, match="horizon"):
         BayesShapePandora(1e-3, horizon=2)
-    table = build_cost_table(1e-3, _normal_shape(), max_samples=10, horizon=10)
+    table = build_cost_table(1e-3, exact_normal_shape(0.0, 0.4), max_samples=10, horizon=10)
     with pytest.raises(ValueError, match="built for cost"):
         BayesShapePandora(2e-3, table=table)
 

@@ -30,6 +30,7 @@ the last evaluation (the parameters drift slowly); the median observe is a few m
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,7 @@ from stoppers.robust.prior import TailPrior
 from stoppers.robust.shape_prior import S_BINS, S_HI, S_LO, Z_BINS, Z_HI, Z_LO, ShapePrior
 from stoppers.robust.tracker import BestTies
 
-__all__ = ["CostShape", "CostShapePrior", "ShapePandora", "cost_shape_prior"]
+__all__ = ["CostShape", "CostShapePrior", "LearnedShapeCost", "ShapePandora", "cost_shape_prior"]
 
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(5)
 _GH_W = _GH_W / _GH_W.sum()
@@ -221,7 +222,77 @@ class CostShape:
         return float(_NODE_W @ gain)
 
 
-class ShapePandora(StoppingPolicy):
+class LearnedShapeCost(StoppingPolicy):
+    """What the learned-shape cost policies share (:class:`ShapePandora`,
+    :class:`~stoppers.robust.bayes_cost.BayesShapePandora`): argument checks, the
+    :class:`TailPandora` cold start, shifted running sums of the rewards and the ceiling rule.
+    Subclasses decide when warm in :meth:`_warm_decide`; they call :meth:`_start_cold` when
+    their prior is not (yet) trusted."""
+
+    # replay --deployment: how to make a fresh prior per simulated deployment
+    deployment_prior = staticmethod(cost_shape_prior)
+
+    def __init__(
+        self,
+        cost: float,
+        *,
+        alpha: float,
+        min_samples: int | None,
+        max_samples: int | None,
+    ) -> None:
+        super().__init__(max_samples=max_samples)
+        cost = float(cost)
+        if not (cost > 0.0 and math.isfinite(cost)):
+            raise ValueError(f"cost must be finite and > 0, got {cost!r}")
+        if not (0.0 < alpha < 1.0):
+            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        self.cost = cost
+        self.alpha = float(alpha)
+        self.min_samples = _default_min_samples(min_samples, max_samples)
+        self._cold: TailPandora | None = None
+        self._shift = 0.0  # first reward: sums of shifted rewards keep the variance exact
+        self._ties = BestTies()
+        self._sum = 0.0
+        self._sum_sq = 0.0
+
+    def _start_cold(self, prior: object) -> None:
+        self._cold = TailPandora(
+            self.cost,
+            alpha=self.alpha,
+            min_samples=self.min_samples,
+            max_samples=self.max_samples,
+            prior=prior if isinstance(prior, TailPrior) else None,
+        )
+
+    def _mean_var(self, n: int) -> tuple[float, float]:
+        """Mean of the shifted rewards and the sample variance (n >= 2)."""
+        mean = self._sum / n
+        return mean, (self._sum_sq - n * mean * mean) / (n - 1)
+
+    def _decide(self, reward: float) -> str | None:
+        cold = self._cold
+        if cold is not None:
+            stop = cold.observe(reward)
+            return cold.stop_reason if stop and cold.stop_reason != "budget" else None
+        n = self._n
+        if n == 1:
+            self._shift = reward
+        x = reward - self._shift
+        self._sum += x
+        self._sum_sq += x * x
+        self._ties.note(reward, self._best, self._best_index, n)
+        if n < self.min_samples:
+            return None
+        if self._ties.ceiling(self._shift + self._sum / n, self._best):
+            return "tied"  # the best seen 3 times above lower rewards: a ceiling (clip)
+        return self._warm_decide(n)
+
+    @abstractmethod
+    def _warm_decide(self, n: int) -> str | None:
+        """The stop reason once warm, past min_samples and the ceiling rule (None: go on)."""
+
+
+class ShapePandora(LearnedShapeCost):
     """Weitzman's rule with the deployment's learned shape (cold start: :class:`TailPandora`).
 
     Parameters
@@ -236,9 +307,6 @@ class ShapePandora(StoppingPolicy):
     inflation: factor on the parameters' posterior standard deviations (optimism).
     """
 
-    # replay --deployment: how to make a fresh prior per simulated deployment
-    deployment_prior = staticmethod(cost_shape_prior)
-
     def __init__(
         self,
         cost: float,
@@ -250,35 +318,16 @@ class ShapePandora(StoppingPolicy):
         warm_requests: int = WARM_REQUESTS,
         inflation: float = INFLATION,
     ) -> None:
-        super().__init__(max_samples=max_samples)
-        cost = float(cost)
-        if not (cost > 0.0 and math.isfinite(cost)):
-            raise ValueError(f"cost must be finite and > 0, got {cost!r}")
-        if not (0.0 < alpha < 1.0):
-            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        super().__init__(cost, alpha=alpha, min_samples=min_samples, max_samples=max_samples)
         if not (inflation > 0.0 and math.isfinite(inflation)):
             raise ValueError(f"inflation must be finite and > 0, got {inflation!r}")
-        self.cost = cost
-        self.alpha = float(alpha)
-        self.min_samples = _default_min_samples(min_samples, max_samples)
         self.inflation = float(inflation)
         shape = None
         if _trusted(prior, warm_requests):
             shape = CostShape.from_prior(prior, self.alpha)
         self.shape = shape
-        self._cold: TailPandora | None = None
         if shape is None:
-            self._cold = TailPandora(
-                cost,
-                alpha=alpha,
-                min_samples=self.min_samples,
-                max_samples=max_samples,
-                prior=prior if isinstance(prior, TailPrior) else None,
-            )
-        self._shift = 0.0  # first reward: sums of shifted rewards keep the variance exact
-        self._ties = BestTies()
-        self._sum = 0.0
-        self._sum_sq = 0.0
+            self._start_cold(prior)
         self._eval_n = 0
         self._eval_best = -math.inf
         self._gain = math.nan
@@ -308,26 +357,10 @@ class ShapePandora(StoppingPolicy):
         kappa = self.threshold
         return None if kappa is None else acceptance(self._best - kappa)
 
-    def _decide(self, reward: float) -> str | None:
-        cold = self._cold
-        if cold is not None:
-            stop = cold.observe(reward)
-            return cold.stop_reason if stop and cold.stop_reason != "budget" else None
-        n = self._n
-        if n == 1:
-            self._shift = reward
-        x = reward - self._shift
-        self._sum += x
-        self._sum_sq += x * x
-        self._ties.note(reward, self._best, self._best_index, n)
-        if n < self.min_samples:
-            return None
-        if self._ties.ceiling(self._shift + self._sum / n, self._best):
-            return "tied"  # the best seen 3 times above lower rewards: a ceiling (clip)
+    def _warm_decide(self, n: int) -> str | None:
         if n > EXACT_UNTIL and self._best <= self._eval_best and n < self._eval_n + n // 32:
             return "threshold" if self._gain <= self.cost else None
-        mean = self._sum / n
-        var = (self._sum_sq - n * mean * mean) / (n - 1)
+        mean, var = self._mean_var(n)
         if not var > 0.0:
             return None  # all tied so far: no scale to judge the best against yet
         shape = self.shape
