@@ -204,3 +204,57 @@ def test_policy_keeps_to_its_cold_start_when_prompts_do_not_share_a_shape():
     prior.tail_hits_sq *= 10.0  # the same counts, far more spread across requests
     assert prior.dispersion > 1.6
     assert not ShapePandora(1e-3, prior=prior).warm
+
+
+def _clipped(rng, n):
+    """Normal rewards clipped at 2 and rounded to 0.1 around a random level (the judge-score
+    shape): prompts far from the clip look normal, prompts near it pile up at the clip."""
+    level = rng.normal(0.0, 1.0)
+    return np.round(np.clip(level + rng.standard_normal(n), -2.0, 2.0) / 0.1) * 0.1 - level
+
+
+def _each_its_own_family(rng, n):
+    """Every prompt draws one of four standardised families (the body of the shape differs)."""
+    pick = rng.integers(4)
+    if pick == 0:
+        return rng.standard_normal(n)
+    if pick == 1:
+        return rng.exponential(1.0, n) - 1.0
+    if pick == 2:
+        return rng.standard_t(3.0, n) / math.sqrt(3.0)
+    return (rng.gumbel(0.0, 1.0, n) - np.euler_gamma) / (math.pi / math.sqrt(6.0))
+
+
+def test_whole_shape_dispersion_is_about_one_when_shared_and_large_when_bodies_differ():
+    for draws in (
+        lambda rng, n: rng.standard_normal(n),
+        lambda rng, n: rng.gumbel(0.0, 1.0, n),
+        lambda rng, n: rng.exponential(1.0, n),
+    ):
+        shared = _learned(draws, requests=40, n=120)
+        assert 0.6 < shared.shape_dispersion < 1.6
+    # Prompts whose shapes differ in the body (a clip at a different place, another family)
+    # are told apart, and the policy keeps to its cold start ...
+    for draws in (_clipped, _each_its_own_family):
+        prior = _learned(draws, requests=40, n=120)
+        assert prior.shape_dispersion > 1.6
+        assert not ShapePandora(1e-3, prior=prior).warm
+    # ... also where their fractions above 1.5 agree and the tail test alone would trust them
+    assert _learned(_each_its_own_family, requests=40, n=120).dispersion < 1.6
+
+
+def test_whole_shape_dispersion_survives_persistence_and_old_snapshots_are_not_trusted():
+    prior = _normal_prior()
+    assert ShapePandora(1e-3, prior=prior).warm
+    restored = CostShapePrior.from_dict(json.loads(json.dumps(prior.to_dict())))
+    assert restored.shape_dispersion == pytest.approx(prior.shape_dispersion)
+    assert ShapePandora(1e-3, prior=restored).warm
+    old = prior.to_dict()
+    del old["bin_hits"], old["bin_hits_sq"]  # saved before the whole-shape test existed
+    stale = CostShapePrior.from_dict(old)
+    assert stale.shape_requests == prior.shape_requests and stale.shape_dispersion is None
+    assert not ShapePandora(1e-3, prior=stale).warm  # cannot test the shape: cold start
+    with pytest.raises(ValueError, match="bin_hits"):
+        CostShapePrior.from_dict({**prior.to_dict(), "bin_hits": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="bin_hits_sq"):
+        CostShapePrior.from_dict({**prior.to_dict(), "bin_hits_sq": [-1.0] * 7})

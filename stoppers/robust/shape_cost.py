@@ -64,11 +64,14 @@ INFLATION = 1.0
 # the default 4, 0.953 with 24; deployment replay, 30 prompts x 10 orderings).
 COST_PRIOR_MIN_REWARDS = 24
 SCALE_MIN_REWARDS = 4
-# Shared-shape test (CostShapePrior.dispersion): tail level and the largest dispersion at which
-# the learned shape is trusted. Set on the training families (24 prompts x 100 draws, 5 seeds):
+# Shared-shape tests (CostShapePrior.dispersion / shape_dispersion): the tail level, the bin
+# edges of the whole-shape test, and the largest dispersion at which the learned shape is
+# trusted. The tail test was set on the training families (24 prompts x 100 draws, 5 seeds):
 # shared shapes gave 0.8-1.3 on average (max 1.9), the mixture family (per-prompt weights)
-# 2.1 (min 1.3).
+# 2.1 (min 1.3). It let clipped and mixed deployments through (1.2-1.3: their prompts differ
+# in the body of the shape, not in the fraction above 1.5), so the shape test compares 7 bins.
 DISPERSION_LEVEL = 1.5
+SHAPE_TEST_EDGES = (-1.5, -0.75, 0.0, 0.75, 1.5, 2.25)
 MAX_DISPERSION = 1.6
 
 
@@ -81,11 +84,13 @@ class CostShapePrior(ShapePrior):
     ``requests`` counts every request that taught something; ``shape_requests`` those that
     taught the shape (what the policy's warm-up reads).
 
-    It also tests whether the requests *share* a shape: each shape request's fraction of
+    It also tests whether the requests *share* a shape, twice: each shape request's fraction of
     standardised draws above ``DISPERSION_LEVEL`` is binomial around the pooled fraction if they
-    do; :attr:`dispersion` is the Pearson chi-square of those fractions over its degrees of
-    freedom (about 1 when shared, larger when prompts differ in shape - then one pooled shape
-    misleads every request and the policy keeps to its cold start).
+    do (:attr:`dispersion`), and its counts in the 7 bins cut at ``SHAPE_TEST_EDGES`` are
+    multinomial around the pooled bin probabilities (:attr:`shape_dispersion`). Each is a
+    Pearson chi-square over its degrees of freedom: about 1 when shared, larger when prompts
+    differ in shape - then one pooled shape misleads every request and the policy keeps to its
+    cold start.
     """
 
     min_rewards: int = COST_PRIOR_MIN_REWARDS
@@ -93,6 +98,12 @@ class CostShapePrior(ShapePrior):
     tail_hits: float = 0.0  # sum over shape requests of h = draws above the level
     tail_hits_sq: float = 0.0  # sum of h^2 / m (m = the request's standardised draws)
     tail_draws: float = 0.0  # sum of m
+    # per bin of SHAPE_TEST_EDGES: sum over shape requests of the draws in it, and of their
+    # square / m (the sufficient statistics of the Pearson chi-square across requests)
+    bin_hits: list[float] = field(default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1))
+    bin_hits_sq: list[float] = field(
+        default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1)
+    )
     # Bayes cost tables built on this prior (stoppers.robust.bayes_cost.cost_table); not persisted
     cost_tables: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
 
@@ -106,6 +117,25 @@ class CostShapePrior(ShapePrior):
             return None
         chi2 = self.tail_hits_sq - 2.0 * p * self.tail_hits + p * p * self.tail_draws
         return chi2 / (self.shape_requests * p * (1.0 - p))
+
+    @property
+    def shape_dispersion(self) -> float | None:
+        """Pearson chi-square of the requests x bins table over (requests - 1)(bins - 1).
+
+        With O_rb the draws of request r in bin b, m_r its draws, N their sum and p_b the pooled
+        bin fraction: chi2 = sum_rb (O_rb - m_r p_b)^2 / (m_r p_b) = sum_b S_b / p_b - N, where
+        S_b = sum_r O_rb^2 / m_r is what :meth:`update` accumulates. None: too few requests, or
+        fewer than two occupied bins.
+        """
+        total = self.tail_draws
+        hits = np.asarray(self.bin_hits, dtype=np.float64)
+        occupied = hits > 0.0
+        bins = int(np.count_nonzero(occupied))
+        if self.shape_requests < 2 or total <= 0.0 or bins < 2:
+            return None
+        p = hits[occupied] / total
+        chi2 = float(np.sum(np.asarray(self.bin_hits_sq)[occupied] / p)) - total
+        return max(chi2, 0.0) / ((self.shape_requests - 1) * (bins - 1))
 
     def update(self, rewards: Any) -> bool:
         x = np.asarray(rewards, dtype=np.float64)
@@ -121,6 +151,11 @@ class CostShapePrior(ShapePrior):
                     self.tail_hits_sq += hits * hits / z.size
                     self.tail_draws += z.size
                     self.shape_requests += 1
+                    counts = np.bincount(
+                        np.searchsorted(SHAPE_TEST_EDGES, z), minlength=len(self.bin_hits)
+                    ).astype(np.float64)
+                    self.bin_hits = (np.asarray(self.bin_hits) + counts).tolist()
+                    self.bin_hits_sq = (np.asarray(self.bin_hits_sq) + counts**2 / z.size).tolist()
             return learned
         if x.size < SCALE_MIN_REWARDS:
             return False
@@ -133,17 +168,34 @@ class CostShapePrior(ShapePrior):
         return True
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), **{k: getattr(self, k) for k in _COUNTERS}}
+        return {
+            **super().to_dict(),
+            **{k: getattr(self, k) for k in _COUNTERS},
+            **{k: list(getattr(self, k)) for k in _BIN_COUNTERS},
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CostShapePrior:
+        """Restore :meth:`to_dict`'s snapshot. A snapshot from before the whole-shape test has
+        no bin counts: its shape is kept, but not trusted until the test has counts again (a
+        fresh learn, see :func:`_trusted`)."""
         prior = super().from_dict(data)
         for key in _COUNTERS:
             setattr(prior, key, type(getattr(prior, key))(data.get(key, 0)))
+        size = len(SHAPE_TEST_EDGES) + 1
+        for key in _BIN_COUNTERS:
+            values = data.get(key, [0.0] * size)
+            if not (isinstance(values, list) and len(values) == size):
+                raise ValueError(f"{key} must be a list of {size} numbers")
+            counts = [float(v) for v in values]
+            if not all(math.isfinite(v) and v >= 0.0 for v in counts):
+                raise ValueError(f"{key} must hold finite counts >= 0")
+            setattr(prior, key, counts)
         return prior
 
 
 _COUNTERS = ("shape_requests", "tail_hits", "tail_hits_sq", "tail_draws")
+_BIN_COUNTERS = ("bin_hits", "bin_hits_sq")
 
 
 def cost_shape_prior() -> CostShapePrior:
@@ -383,6 +435,8 @@ def _trusted(prior: object, warm_requests: int) -> bool:
     if isinstance(prior, CostShapePrior):
         if prior.shape_requests < warm_requests:
             return False
-        dispersion = prior.dispersion
-        return dispersion is None or dispersion <= MAX_DISPERSION
+        tail, whole = prior.dispersion, prior.shape_dispersion
+        return (tail is None or tail <= MAX_DISPERSION) and (
+            whole is not None and whole <= MAX_DISPERSION
+        )
     return isinstance(prior, ShapePrior) and prior.requests >= warm_requests
