@@ -101,9 +101,7 @@ class CostShapePrior(ShapePrior):
     # per bin of SHAPE_TEST_EDGES: sum over shape requests of the draws in it, and of their
     # square / m (the sufficient statistics of the Pearson chi-square across requests)
     bin_hits: list[float] = field(default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1))
-    bin_hits_sq: list[float] = field(
-        default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1)
-    )
+    bin_hits_sq: list[float] = field(default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1))
     # Bayes cost tables built on this prior (stoppers.robust.bayes_cost.cost_table); not persisted
     cost_tables: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
 
