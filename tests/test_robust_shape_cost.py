@@ -258,3 +258,24 @@ def test_whole_shape_dispersion_survives_persistence_and_old_snapshots_are_not_t
         CostShapePrior.from_dict({**prior.to_dict(), "bin_hits": [1.0, 2.0]})
     with pytest.raises(ValueError, match="bin_hits_sq"):
         CostShapePrior.from_dict({**prior.to_dict(), "bin_hits_sq": [-1.0] * 7})
+
+
+def test_shape_test_report_counts_trusted_deployments(tmp_path, capsys):
+    from stoppers.replay.synth import SynthSpec, generate
+    from stoppers.robust.shape_test_report import dispersion_runs, main
+
+    pools = {
+        f: generate(SynthSpec(family=f, prompts=16, samples=200))["rewards"]
+        for f in ("normal", "mixed")
+    }
+    runs = {f: dispersion_runs(r, 1e-3, orderings=6, after=(8,)) for f, r in pools.items()}
+    for run in runs.values():
+        assert len(run[8]["trusted"]) == 6  # every deployment learned from >= 8 requests
+    # a shared normal shape is trusted in most deployments, one family per prompt in few
+    assert np.mean(runs["normal"][8]["trusted"]) > np.mean(runs["mixed"][8]["trusted"])
+    path = tmp_path / "normal.npz"
+    np.savez(path, rewards=pools["normal"])
+    main([str(path), "--prompts", "16", "--orderings", "3"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["after 8 shape requests"]["deployments"] == 3
+    assert 0.0 <= report["after 8 shape requests"]["trusted"] <= 1.0

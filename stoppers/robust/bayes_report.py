@@ -154,6 +154,7 @@ def _frozen(args: argparse.Namespace, rewards: np.ndarray) -> dict:
             "learned_from": [lo, hi],
             "shape_requests": prior.shape_requests,
             "dispersion": prior.dispersion,
+            "shape_dispersion": prior.shape_dispersion,
             "warm": first.warm,
             "table_build_s": round(build_s, 1),
         },
