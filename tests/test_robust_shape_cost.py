@@ -250,10 +250,18 @@ def test_whole_shape_dispersion_survives_persistence_and_old_snapshots_are_not_t
     assert restored.shape_dispersion == pytest.approx(prior.shape_dispersion)
     assert ShapePandora(1e-3, prior=restored).warm
     old = prior.to_dict()
-    del old["bin_hits"], old["bin_hits_sq"]  # saved before the whole-shape test existed
+    for key in ("bin_hits", "bin_hits_sq", "bin_requests", "bin_draws"):
+        del old[key]  # saved before the whole-shape test existed
     stale = CostShapePrior.from_dict(old)
     assert stale.shape_requests == prior.shape_requests and stale.shape_dispersion is None
     assert not ShapePandora(1e-3, prior=stale).warm  # cannot test the shape: cold start
+    # requests learned after the restore give the test its counts (and only theirs)
+    rng = np.random.default_rng(5)
+    for _ in range(12):
+        stale.update((rng.normal() + rng.standard_normal(80)).tolist())
+    assert stale.bin_requests == 12 and stale.shape_requests == prior.shape_requests + 12
+    assert 0.5 < stale.shape_dispersion < 1.6
+    assert ShapePandora(1e-3, prior=stale).warm
     with pytest.raises(ValueError, match="bin_hits"):
         CostShapePrior.from_dict({**prior.to_dict(), "bin_hits": [1.0, 2.0]})
     with pytest.raises(ValueError, match="bin_hits_sq"):

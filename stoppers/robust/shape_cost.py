@@ -99,7 +99,10 @@ class CostShapePrior(ShapePrior):
     tail_hits_sq: float = 0.0  # sum of h^2 / m (m = the request's standardised draws)
     tail_draws: float = 0.0  # sum of m
     # per bin of SHAPE_TEST_EDGES: sum over shape requests of the draws in it, and of their
-    # square / m (the sufficient statistics of the Pearson chi-square across requests)
+    # square / m (the sufficient statistics of the Pearson chi-square across requests); the
+    # requests and draws they count (fewer than shape_requests in a state saved before them)
+    bin_requests: int = 0
+    bin_draws: float = 0.0
     bin_hits: list[float] = field(default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1))
     bin_hits_sq: list[float] = field(default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1))
     # Bayes cost tables built on this prior (stoppers.robust.bayes_cost.cost_table); not persisted
@@ -125,15 +128,15 @@ class CostShapePrior(ShapePrior):
         S_b = sum_r O_rb^2 / m_r is what :meth:`update` accumulates. None: too few requests, or
         fewer than two occupied bins.
         """
-        total = self.tail_draws
+        total = self.bin_draws
         hits = np.asarray(self.bin_hits, dtype=np.float64)
         occupied = hits > 0.0
         bins = int(np.count_nonzero(occupied))
-        if self.shape_requests < 2 or total <= 0.0 or bins < 2:
+        if self.bin_requests < 2 or total <= 0.0 or bins < 2:
             return None
         p = hits[occupied] / total
         chi2 = float(np.sum(np.asarray(self.bin_hits_sq)[occupied] / p)) - total
-        return max(chi2, 0.0) / ((self.shape_requests - 1) * (bins - 1))
+        return max(chi2, 0.0) / ((self.bin_requests - 1) * (bins - 1))
 
     def update(self, rewards: Any) -> bool:
         x = np.asarray(rewards, dtype=np.float64)
@@ -154,6 +157,8 @@ class CostShapePrior(ShapePrior):
                     ).astype(np.float64)
                     self.bin_hits = (np.asarray(self.bin_hits) + counts).tolist()
                     self.bin_hits_sq = (np.asarray(self.bin_hits_sq) + counts**2 / z.size).tolist()
+                    self.bin_requests += 1
+                    self.bin_draws += z.size
             return learned
         if x.size < SCALE_MIN_REWARDS:
             return False
@@ -175,8 +180,8 @@ class CostShapePrior(ShapePrior):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CostShapePrior:
         """Restore :meth:`to_dict`'s snapshot. A snapshot from before the whole-shape test has
-        no bin counts: its shape is kept, but not trusted until the test has counts again (a
-        fresh learn, see :func:`_trusted`)."""
+        no bin counts: its shape is kept, and trusted again once requests learned after the
+        restore have given that test enough counts of its own."""
         prior = super().from_dict(data)
         for key in _COUNTERS:
             setattr(prior, key, type(getattr(prior, key))(data.get(key, 0)))
@@ -192,7 +197,14 @@ class CostShapePrior(ShapePrior):
         return prior
 
 
-_COUNTERS = ("shape_requests", "tail_hits", "tail_hits_sq", "tail_draws")
+_COUNTERS = (
+    "shape_requests",
+    "tail_hits",
+    "tail_hits_sq",
+    "tail_draws",
+    "bin_requests",
+    "bin_draws",
+)
 _BIN_COUNTERS = ("bin_hits", "bin_hits_sq")
 
 
