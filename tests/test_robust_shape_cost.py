@@ -273,14 +273,16 @@ def test_shape_test_report_counts_trusted_deployments(tmp_path, capsys):
     from stoppers.robust.shape_test_report import dispersion_runs, main
 
     pools = {
-        f: generate(SynthSpec(family=f, prompts=16, samples=200))["rewards"]
+        f: generate(SynthSpec(family=f, prompts=32, samples=300))["rewards"]
         for f in ("normal", "mixed")
     }
-    runs = {f: dispersion_runs(r, 1e-3, orderings=6, after=(8,)) for f, r in pools.items()}
+    runs = {f: dispersion_runs(r, 1e-3, orderings=4, after=(8, 24)) for f, r in pools.items()}
     for run in runs.values():
-        assert len(run[8]["trusted"]) == 6  # every deployment learned from >= 8 requests
+        assert len(run[24]["trusted"]) >= 3  # deployments that learned from >= 24 requests
+        # after 8 requests the pooled draws are too few to know the 0.99-quantile
+        assert not any(run[8]["trusted"])
     # a shared normal shape is trusted in most deployments, one family per prompt in few
-    assert np.mean(runs["normal"][8]["trusted"]) > np.mean(runs["mixed"][8]["trusted"])
+    assert np.mean(runs["normal"][24]["trusted"]) > np.mean(runs["mixed"][24]["trusted"])
     path = tmp_path / "normal.npz"
     np.savez(path, rewards=pools["normal"])
     main([str(path), "--prompts", "16", "--orderings", "3"])

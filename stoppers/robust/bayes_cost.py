@@ -93,7 +93,11 @@ class BayesShapePandora(LearnedShapeCost):
         if table is not None and table.cost != self.cost:
             raise ValueError(f"table was built for cost {table.cost!r}, not {self.cost!r}")
         self.table = table
-        if table is None and isinstance(prior, CostShapePrior) and _trusted(prior, warm_requests):
+        if (
+            table is None
+            and isinstance(prior, CostShapePrior)
+            and _trusted(prior, warm_requests, self.alpha)
+        ):
             budget = 960 if max_samples is None else max_samples
             if budget >= 3:
                 self.table = cost_table(

@@ -45,7 +45,7 @@ def dispersion_runs(
                 self.tests[self.shape_requests] = (
                     self.dispersion,
                     self.shape_dispersion,
-                    _trusted(self, self.shape_requests),
+                    _trusted(self, self.shape_requests),  # alpha 0.99, as replayed
                 )
             return learned
 
