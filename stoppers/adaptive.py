@@ -277,23 +277,28 @@ def default_cost_policy(
     min_samples: int | None = None,
     prior: DeploymentPrior | None = None,
 ) -> StoppingPolicy:
-    """The gateway's policy for a per-sample cost: :class:`stoppers.robust.TailPandora`.
+    """The gateway's policy for a per-sample cost: :class:`stoppers.robust.ShapePandora`.
 
-    Weitzman's rule on a generalised-Pareto tail fit; it replaced :class:`AdaptiveBestOfN` as the
-    default after the replay in the README section "Stopping that keeps its promise" (profit
-    ~1.0x the best fixed N in hindsight vs 0.54-0.88x for the paper's rule). ``min_samples``
-    defaults to TailPandora's 8 (what that replay used) capped at ``max_samples``.
-
-    ``prior`` is accepted for a uniform factory signature and not used: the learned-shape rule
-    (:class:`stoppers.robust.ShapePandora`, which reads ``new_deployment_prior("cost")``) beat
-    TailPandora where a deployment's prompts share a reward shape but lost up to 23% of profit
-    where they do not (held-out clipped and mixed families), so it is opt-in.
+    Weitzman's rule on the reward shape the deployment learned across its requests, from
+    ``prior`` (a :class:`~stoppers.robust.shape_cost.CostShapePrior`, what
+    ``new_deployment_prior("cost")`` returns). Until that prior is trusted - 8 requests of >= 24
+    rewards, >= 1000 pooled draws, and both shared-shape tests passed - and with no prior or a
+    prior of another class, it *is* :class:`stoppers.robust.TailPandora` (GPD tail fit) decision
+    for decision. TailPandora replaced :class:`AdaptiveBestOfN` after the replay in the README
+    section "Stopping that keeps its promise" (profit ~1.0x the best fixed N in hindsight vs
+    0.54-0.88x for the paper's rule); ShapePandora became the default once its trust tests kept
+    it at or above TailPandora within 0.3 point on every replayed pool and budget (same
+    section). ``min_samples`` defaults to 8 capped at ``max_samples``.
     """
-    from stoppers.robust.cost import TailPandora  # stoppers.robust imports this package
+    from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
 
-    del prior
     _check_positive_int("max_samples", max_samples)
-    return TailPandora(cost, max_samples=max_samples, min_samples=min_samples)
+    return ShapePandora(
+        cost,
+        max_samples=max_samples,
+        min_samples=min_samples,
+        prior=prior if isinstance(prior, CostShapePrior) else None,
+    )
 
 
 def default_target_policy(

@@ -174,7 +174,7 @@ def test_lower_cost_means_more_samples_and_defaults_are_used() -> None:
     from stoppers.robust.policy import DEFAULT_MIN_SAMPLES as TAIL_MIN_SAMPLES
 
     factories = (
-        (default_cost_policy, 1e-3, TAIL_MIN_SAMPLES),  # TailPandora since the robust replay
+        (default_cost_policy, 1e-3, TAIL_MIN_SAMPLES),  # ShapePandora (cold start: TailPandora)
         (default_target_policy, 0.9, TAIL_MIN_SAMPLES),  # PooledTargetAcceptance (robust)
     )
     for factory, arg, default_min in factories:

@@ -32,3 +32,40 @@ def test_too_few_rewards_teach_nothing():
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="mode must be"):
         stoppers.new_deployment_prior("fixed")
+
+
+def test_default_cost_policy_is_tail_pandora_until_the_cost_prior_is_trusted():
+    from stoppers.robust.cost import TailPandora
+    from stoppers.robust.shape_cost import ShapePandora
+
+    prior = stoppers.new_deployment_prior("cost")
+    rng = np.random.default_rng(7)
+
+    def serve(policy, stream):
+        for reward in stream:
+            if policy.observe(float(reward)):
+                break
+        return policy
+
+    warm_at = None
+    for request in range(60):
+        stream = rng.normal() + np.exp(rng.normal(0.0, 0.4)) * rng.standard_normal(200)
+        policy = stoppers.default_cost_policy(1e-4, max_samples=200, prior=prior)
+        assert isinstance(policy, ShapePandora)
+        if not policy.warm:
+            # the cold start decides exactly as TailPandora on the same stream
+            ref = serve(TailPandora(1e-4, max_samples=200), stream)
+            assert serve(policy, stream).n == ref.n and policy.best == ref.best
+        elif warm_at is None:
+            warm_at = request
+            serve(policy, stream)
+        else:
+            serve(policy, stream)
+        prior.update(stream[: policy.n].tolist())  # what the gateway does when it finishes
+    # shared normal shape: trusted once 8 requests pooled >= 1000 draws
+    assert warm_at is not None and 8 <= warm_at < 40
+    # another class of prior (the target prior) is not read as a cost prior
+    target_prior = stoppers.new_deployment_prior("target")
+    for _ in range(40):
+        assert target_prior.update(rng.standard_normal(200).tolist())
+    assert not stoppers.default_cost_policy(1e-4, max_samples=200, prior=target_prior).warm

@@ -51,12 +51,14 @@ def _ratios(row: dict) -> tuple[float, float]:
 
 
 def cost_table(root: Path) -> str:
-    """TailPandora (the default), ShapePandora (sequential deployment replay: all prompts, and
-    those served after 8 prior updates), the paper's rule, Patience(5)."""
+    """TailPandora (the default's cold start), ShapePandora (the default; sequential deployment
+    replay: all prompts, and those served after 8 prior updates), the paper's rule,
+    Patience(5)."""
     lines = [
-        "| family | c | **TailPandora** (default): ÷ best fixed N (median per prompt) · ÷ oracle"
-        " · samples | ShapePandora (opt-in), all prompts (cold start included): ÷ fixed"
-        " · ÷ oracle · samples | ShapePandora, warm prompts only: ÷ fixed · ÷ oracle"
+        "| family | c | TailPandora (the default's cold start): ÷ best fixed N (median per"
+        " prompt) · ÷ oracle · samples | **ShapePandora** (default), all prompts (cold start"
+        " included): ÷ fixed · ÷ oracle · samples | ShapePandora, after 8 prior updates: ÷ fixed"
+        " · ÷ oracle"
         " | paper AdaptiveBestOfN: ÷ fixed · ÷ oracle | Patience(5) ÷ fixed | best fixed N |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -70,7 +72,7 @@ def cost_table(root: Path) -> str:
                 fixed, oracle = _ratios(row)
                 best_n = row["best_fixed_n"]
                 samples = row["mean_samples"]
-                cells.append(f"**{fixed:.3f}** ({row['ratio']:.3f}) · {oracle:.3f} · {samples:.0f}")
+                cells.append(f"{fixed:.3f} ({row['ratio']:.3f}) · {oracle:.3f} · {samples:.0f}")
             shape = _load(root, family, "shape-cost") or {}
             for key in ("profit", "profit_warm"):
                 row = _profit_row({"profit": shape.get(key, [])}, cost)
@@ -79,8 +81,10 @@ def cost_table(root: Path) -> str:
                     continue
                 fixed, oracle = _ratios(row)
                 best_n = row["best_fixed_n"]
-                cell = f"{fixed:.3f} · {oracle:.3f}"
-                cells.append(cell + (f" · {row['mean_samples']:.0f}" if key == "profit" else ""))
+                if key == "profit":
+                    cells.append(f"**{fixed:.3f}** · {oracle:.3f} · {row['mean_samples']:.0f}")
+                else:
+                    cells.append(f"{fixed:.3f} · {oracle:.3f}")
             for policy in ("adaptive", "patience"):
                 row = _profit_row(_load(root, family, policy), cost)
                 if row is None:

@@ -8,6 +8,8 @@ sequential deployments exactly as ``pandora replay --deployment`` does, records 
 learns, and tells how often each test passes after ``k`` shape requests::
 
     python -m stoppers.robust.shape_test_report normal.npz --cost 0.001 --prompts 40
+
+"trusted" is the policy's whole rule: also >= 1000 pooled draws (``DRAWS_ABOVE_QUANTILE``).
 """
 
 from __future__ import annotations
@@ -93,7 +95,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--orderings", type=int, default=100)
     parser.add_argument("--max-samples", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--after", default="8,16,32", help="shape-request counts to report at (comma-separated)"
+    )
     args = parser.parse_args(argv)
+    after = tuple(int(k) for k in args.after.split(","))
     with np.load(args.pool) as data:
         rewards = np.asarray(data["rewards"], dtype=np.float64)[: args.prompts]
     runs = dispersion_runs(
@@ -102,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         orderings=args.orderings,
         seed=args.seed,
         max_samples=args.max_samples,
+        after=after,
     )
     report = {
         f"after {k} shape requests": {
