@@ -1,7 +1,9 @@
 """Turn a request's :class:`SamplingPlan` into its stopping policy (from ``stoppers``).
 
-- adaptive: the paper's Adaptive Best-of-N (Sec. 4.2, UCB Pandora's box) for a cost per sample;
-- target: the target-acceptance variant (Sec. 4.3);
+- adaptive: ``stoppers.default_cost_policy`` for a cost per sample (Weitzman's rule, the paper's
+  Sec. 4.2 with a robust tail model and a deployment-learned reward shape);
+- target: ``stoppers.default_target_policy``, a target acceptance rate (the paper's Sec. 4.3
+  variant, on a deployment-learned shape);
 - fixed: classic Best-of-N with N = the plan's max-samples.
 The app factory takes any other ``PolicyFactory`` (tests inject simple ones). A factory that
 accepts a ``prior`` keyword gets the deployment's learned prior (one per model and mode, see

@@ -1,9 +1,9 @@
 """Stopping policies that keep their promise on any reward shape (beyond the paper).
 
 * :class:`TailTargetAcceptance` - target mode: deliver the requested acceptance rate.
-* :class:`TailPandora` - cost mode: Weitzman's rule on a fitted tail.
+* :class:`TailPandora` - cost mode: Weitzman's rule on a fitted tail (ShapePandora's cold start).
 * :class:`ShapePandora` - cost mode on the deployment-learned shape (:class:`CostShapePrior`),
-  opt-in (cold start: TailPandora, the gateway's default).
+  the gateway's default (``stoppers.default_cost_policy``).
 * :class:`BayesShapePandora` - the same shape, the Bayes-optimal stop by backward induction
   (:mod:`stoppers.robust.bayes_table`), opt-in.
 * :class:`TailPrior` - a serialisable cross-prompt prior on the tail shape, kept per model.

@@ -19,8 +19,10 @@ widened by ``inflation`` (optimism: stopping early costs more than sampling once
 5 x 5 Gauss-Hermite grid. The gain of one grid point is a sum over the shape's histogram bins
 between the best and kappa, plus the bins past kappa, whose acceptance is exactly 1.
 
-Until the prior has learned from ``warm_requests`` requests (or without a prior) the policy is
-:class:`stoppers.robust.cost.TailPandora` (GPD tail, no shape knowledge): the cold start.
+Until the prior is trusted - ``warm_requests`` requests, 10 / (1 - alpha) pooled draws, and both
+shared-shape tests passed - or without a prior, the policy is
+:class:`stoppers.robust.cost.TailPandora` (GPD tail, no shape knowledge): the cold start. It is
+the gateway's default cost policy (``stoppers.default_cost_policy``).
 
 Cost per observation: the gain (~25 x the bins between best and kappa) is recomputed on every
 reward while n <= ``EXACT_UNTIL``, later only when the best rises or n has grown by 1/32 since
