@@ -77,9 +77,10 @@ SHAPE_TEST_EDGES = (-1.5, -0.75, 0.0, 0.75, 1.5, 2.25)
 MAX_DISPERSION = 1.6
 # The shape's alpha-quantile (the benchmark, Definition "Benchmark Reward") is trusted once the
 # pooled draws put this many above it: 10 / (1 - alpha) draws, 1000 at alpha = 0.99. Without
-# it, budgets of 32-64 samples (<= 8-40 pooled draws per request) lost 0.2-2 points of profit
-# to TailPandora on every family (sequential replay, 40 prompts x 100 deployments); with it they
-# keep to TailPandora, and at 960 samples the shape is trusted after ~17 requests instead of 8.
+# it, at a budget of 32 samples (<= 8 pooled draws per request) the learned shape lost 0.8-1.9
+# points of profit to TailPandora on every family replayed, up to 1.0 at 64 (sequential replay,
+# 40 prompts x 100 deployments); with it those keep to TailPandora, and at 960 samples the
+# shape is trusted after ~16-24 requests instead of 8 (README "Budgets").
 DRAWS_ABOVE_QUANTILE = 10.0
 
 
