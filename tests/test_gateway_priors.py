@@ -216,7 +216,7 @@ def _serve_learning(upstream: FakeUpstream, state: Any, requests: int) -> dict[s
 def test_prior_survives_a_restart(fake_upstream, tmp_path):
     state = tmp_path / "priors.json"
     entry = _serve_learning(fake_upstream, state, requests=2)
-    assert entry["state"]["requests"] == 2  # TailPrior's own count (the default prior)
+    assert entry["state"]["requests"] == 2  # the default cost prior (CostShapePrior) counts them
     # A new process restores it and keeps learning from there.
     entry = _serve_learning(fake_upstream, state, requests=1)
     assert entry["state"]["requests"] == 3
