@@ -391,3 +391,35 @@ def test_table_builds_resume_when_the_app_starts_again():
         await store.aclose()  # waits for the running build
 
     asyncio.run(two_lifespans())
+
+
+def test_default_cost_policy_learns_the_shape_through_the_gateway(fake_upstream):
+    """The real default policy and cost prior over HTTP: requests of >= 24 rewards teach the
+    shape (the fake's qualities are uniform on [0, 1) for every prompt: one shared shape), the
+    prior becomes trusted, and requests served on the learned shape still answer normally."""
+    server = start_gateway(fake_upstream, FakeReward(), max_samples=64)
+    headers = {"X-Pandora-Cost": "0.0001", "X-Pandora-Max-Samples": "64"}
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            priors = server.server.config.app.state.priors
+            for _ in range(60):
+                response = client.post(URL, json=body("gen"), headers=headers)
+                assert response.status_code == 200
+                prior = priors.get("gen", "cost")
+                if stoppers.default_cost_policy(1e-4, max_samples=64, prior=prior).warm:
+                    break
+            else:
+                pytest.fail("60 requests did not teach the cost prior a trusted shape")
+            assert prior.shape_requests >= 8 and prior.tail_draws >= 1000
+            assert prior.shape_dispersion is not None and prior.shape_dispersion <= 1.6
+            before = server.metric("pandora_prior_updates_total", mode="adaptive", result="learned")
+            for _ in range(3):  # warm requests: answered, and they keep teaching the prior
+                response = client.post(URL, json=body("gen"), headers=headers)
+                assert response.status_code == 200
+                assert response.json()["choices"][0]["message"]["content"].startswith("answer")
+            learned = server.metric(
+                "pandora_prior_updates_total", mode="adaptive", result="learned"
+            )
+            assert learned == before + 3
+    finally:
+        server.stop()
