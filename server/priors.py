@@ -42,13 +42,14 @@ import stoppers
 from server.table_builds import MAX_PENDING, TableBuilds
 from stoppers.deployment import DeploymentPrior, PriorMode
 
-__all__ = ["PRIOR_MODES", "UPDATE_RESULTS", "PriorStore", "prior_mode_for"]
+__all__ = ["POLICY_SHAPES", "PRIOR_MODES", "UPDATE_RESULTS", "PriorStore", "prior_mode_for"]
 
 log = logging.getLogger(__name__)
 
 PRIOR_MODES: tuple[PriorMode, ...] = ("cost", "target")
 STATE_VERSION = 1
 UPDATE_RESULTS = ("learned", "skipped")  # update() returned True / False
+POLICY_SHAPES = ("learned", "cold_start")  # the policy decided on the prior / ran its cold start
 # Metric labels use the request modes (as every other ``mode`` label of the gateway does).
 _REQUEST_MODE: dict[PriorMode, str] = {"cost": "adaptive", "target": "target"}
 
@@ -105,6 +106,16 @@ class PriorStore:
             "Deployment priors held (one per model and mode; bounded LRU)",
             registry=registry,
         )
+        self.policies = Counter(
+            "pandora_prior_policies_total",
+            "Requests whose policy was given a deployment prior, by request mode and whether it "
+            "decided on what the prior learned (learned) or ran its cold start (cold_start)",
+            ("mode", "shape"),
+            registry=registry,
+        )
+        for mode in PRIOR_MODES:
+            for shape in POLICY_SHAPES:
+                self.policies.labels(mode=_REQUEST_MODE[mode], shape=shape)
         self.builds = TableBuilds(max_pending=max_pending_builds, registry=registry)
 
     def __len__(self) -> int:
@@ -132,6 +143,13 @@ class PriorStore:
         while len(self._priors) > self.max_models:
             self._priors.popitem(last=False)
         self.models.set(len(self._priors))
+
+    def policy_built(self, mode: PriorMode, policy: object) -> None:
+        """Count one request's policy by whether it decides on the learned prior."""
+        learned = bool(getattr(policy, "uses_learned_prior", False))
+        self.policies.labels(
+            mode=_REQUEST_MODE[mode], shape=POLICY_SHAPES[0 if learned else 1]
+        ).inc()
 
     def learn(self, mode: PriorMode, prior: DeploymentPrior, rewards: Sequence[float]) -> bool:
         """Feed one finished request's rewards (observation order) to ``prior``; count it; save

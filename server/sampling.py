@@ -161,6 +161,7 @@ class _Run:
         if self.prior_mode is not None and isinstance(model, str) and sampler.priors is not None:
             self.prior = sampler.priors.get(model, self.prior_mode)
             self.policy = sampler.policy_factory(plan, prior=self.prior)
+            sampler.priors.policy_built(self.prior_mode, self.policy)
         else:
             self.prior = None
             self.policy = sampler.policy_factory(plan)

@@ -74,6 +74,12 @@ class StoppingPolicy(ABC):
         """Estimated acceptance rate of :attr:`best`, for policies that model one."""
         return None
 
+    @property
+    def uses_learned_prior(self) -> bool:
+        """True when this request decides on what its deployment prior learned (False: no
+        prior, or the policy's cold start). The gateway counts requests by it."""
+        return False
+
     # -- the one mutating call ---------------------------------------------------------------
     def observe(self, reward: float) -> bool:
         """Record one reward; return True when sampling should stop now."""

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from reward.metrics import RewardMetrics
 from server.metrics import GatewayMetrics
+from server.priors import PriorStore
 from tests.test_server_metrics import ISSUE_6_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,9 +72,11 @@ def alert_rules() -> list[dict]:
 
 
 def gateway_sample_names() -> set[str]:
-    """Sample names a freshly built gateway exposes (its label values are created up front)."""
+    """Sample names a freshly built gateway exposes (its label values are created up front),
+    with the learned priors' metrics (on by default, `--no-learn-prior` turns them off)."""
     registry = CollectorRegistry()
     GatewayMetrics(registry, max_samples=8)
+    PriorStore(registry=registry)
     return {sample.name for family in registry.collect() for sample in family.samples}
 
 

@@ -421,5 +421,10 @@ def test_default_cost_policy_learns_the_shape_through_the_gateway(fake_upstream)
                 "pandora_prior_updates_total", mode="adaptive", result="learned"
             )
             assert learned == before + 3
+            # Grafana can tell: every request before the prior was trusted ran the cold start
+            policies = "pandora_prior_policies_total"
+            assert server.metric(policies, mode="adaptive", shape="learned") == 3
+            assert server.metric(policies, mode="adaptive", shape="cold_start") == before
+            assert server.metric(policies, mode="target", shape="learned") == 0
     finally:
         server.stop()

@@ -52,6 +52,7 @@ def test_default_cost_policy_is_tail_pandora_until_the_cost_prior_is_trusted():
         stream = rng.normal() + np.exp(rng.normal(0.0, 0.4)) * rng.standard_normal(200)
         policy = stoppers.default_cost_policy(1e-4, max_samples=200, prior=prior)
         assert isinstance(policy, ShapePandora)
+        assert policy.uses_learned_prior == policy.warm  # what the gateway counts
         if not policy.warm:
             # the cold start decides exactly as TailPandora on the same stream
             ref = serve(TailPandora(1e-4, max_samples=200), stream)
@@ -69,3 +70,14 @@ def test_default_cost_policy_is_tail_pandora_until_the_cost_prior_is_trusted():
     for _ in range(40):
         assert target_prior.update(rng.standard_normal(200).tolist())
     assert not stoppers.default_cost_policy(1e-4, max_samples=200, prior=target_prior).warm
+
+
+def test_default_target_policy_says_when_it_decides_on_the_learned_prior():
+    prior = stoppers.new_deployment_prior("target")
+    assert not stoppers.default_target_policy(0.9, max_samples=100, prior=prior).uses_learned_prior
+    rng = np.random.default_rng(2)
+    for _ in range(12):
+        assert prior.update((rng.normal() + rng.standard_normal(60)).tolist())
+    policy = stoppers.default_target_policy(0.9, max_samples=100, prior=prior)
+    assert policy.uses_learned_prior and not policy.cold
+    assert not stoppers.FixedN(4).uses_learned_prior

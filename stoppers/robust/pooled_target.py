@@ -89,6 +89,10 @@ class PooledTargetAcceptance(StoppingPolicy):
         return self._fallback is not None
 
     @property
+    def uses_learned_prior(self) -> bool:
+        return self._fallback is None
+
+    @property
     def threshold(self) -> float | None:
         """The reward the best must reach to stop now (None before min_samples / when cold)."""
         if self._fallback is not None:

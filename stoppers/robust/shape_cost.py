@@ -326,6 +326,11 @@ class LearnedShapeCost(StoppingPolicy):
         self._sum = 0.0
         self._sum_sq = 0.0
 
+    @property
+    def uses_learned_prior(self) -> bool:
+        """True when the learned shape decides (False: the TailPandora cold start)."""
+        return self._cold is None
+
     def _start_cold(self, prior: object) -> None:
         self._cold = TailPandora(
             self.cost,
