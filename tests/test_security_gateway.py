@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server import metrics as gateway_metrics
 from server.auth import key_matches
 from server.config import Settings
-from server.priors import UPDATE_RESULTS
+from server.priors import POLICY_SHAPES, UPDATE_RESULTS
 from tests.fakes import FakeReward, FakeUpstream, Fault
 from tests.fakes.gateway import start_gateway
 from tests.fakes.policies import StopAbove
@@ -308,6 +308,7 @@ ALLOWED_LABELS = {
     "kind": {*gateway_metrics.TOKEN_KINDS, *gateway_metrics.UPSTREAM_ERROR_KINDS},
     "reason": set(gateway_metrics.STOP_REASONS),
     "result": set(UPDATE_RESULTS),  # pandora_prior_updates_total
+    "shape": set(POLICY_SHAPES),  # pandora_prior_policies_total
 }
 HOSTILE = [
     "<script>alert(1)</script>",
