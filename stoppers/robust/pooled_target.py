@@ -90,6 +90,7 @@ class PooledTargetAcceptance(StoppingPolicy):
 
     @property
     def uses_learned_prior(self) -> bool:
+        """True when the learned table decides (False: the cold start)."""
         return self._fallback is None
 
     @property
