@@ -129,5 +129,5 @@ def test_report_builds_tables_from_replay_outputs(tmp_path):
         (tmp_path / f"normal-{policy}" / "results.json").write_text(json.dumps(body))
     costs = cost_table(tmp_path)
     row = "| normal | 0.001 | 1.125 (1.100) · 0.900 · 30 | **1.125** · 0.900 · 30 | 1.000 · 0.800"
-    assert row + " | — | — | 40 |" in costs
+    assert row + " | — | — | — | 40 |" in costs
     assert "| normal | **TailTargetAcceptance** | 0.910 | 12.0 | +0.20 |" in target_table(tmp_path)

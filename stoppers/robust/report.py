@@ -53,14 +53,15 @@ def _ratios(row: dict) -> tuple[float, float]:
 def cost_table(root: Path) -> str:
     """TailPandora (the default's cold start), ShapePandora (the default; sequential deployment
     replay: all prompts, and those served after 8 prior updates), the paper's rule,
-    Patience(5)."""
+    Patience(5), BEACON."""
     lines = [
         "| family | c | TailPandora (the default's cold start): ÷ best fixed N (median per"
         " prompt) · ÷ oracle · samples | **ShapePandora** (default), all prompts (cold start"
         " included): ÷ fixed · ÷ oracle · samples | ShapePandora, after 8 prior updates: ÷ fixed"
         " · ÷ oracle"
-        " | paper AdaptiveBestOfN: ÷ fixed · ÷ oracle | Patience(5) ÷ fixed | best fixed N |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        " | paper AdaptiveBestOfN: ÷ fixed · ÷ oracle | Patience(5) ÷ fixed"
+        " | BEACON: ÷ fixed · samples | best fixed N |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for family in FAMILIES:
         for cost in COSTS:
@@ -85,7 +86,7 @@ def cost_table(root: Path) -> str:
                     cells.append(f"**{fixed:.3f}** · {oracle:.3f} · {row['mean_samples']:.0f}")
                 else:
                     cells.append(f"{fixed:.3f} · {oracle:.3f}")
-            for policy in ("adaptive", "patience"):
+            for policy in ("adaptive", "patience", "beacon"):
                 row = _profit_row(_load(root, family, policy), cost)
                 if row is None:
                     cells.append("—")
@@ -93,7 +94,11 @@ def cost_table(root: Path) -> str:
                 fixed, oracle = _ratios(row)
                 best_n = row["best_fixed_n"]
                 cells.append(
-                    f"{fixed:.3f} · {oracle:.3f}" if policy == "adaptive" else f"{fixed:.3f}"
+                    {
+                        "adaptive": f"{fixed:.3f} · {oracle:.3f}",
+                        "patience": f"{fixed:.3f}",
+                        "beacon": f"{fixed:.3f} · {row['mean_samples']:.0f}",
+                    }[policy]
                 )
             lines.append(f"| {_label(family)} | {cost:g} | " + " | ".join(cells) + f" | {best_n} |")
     return "\n".join(lines)
