@@ -54,6 +54,17 @@ POLICY_SHAPES = ("learned", "cold_start")  # the policy decided on the prior / r
 _REQUEST_MODE: dict[PriorMode, str] = {"cost": "adaptive", "target": "target"}
 
 
+def _mode_counter(
+    name: str, documentation: str, label: str, values: tuple[str, ...], registry: CollectorRegistry
+) -> Counter:
+    """A counter by request mode and ``label``, every series created at 0 up front."""
+    counter = Counter(name, documentation, ("mode", label), registry=registry)
+    for mode in PRIOR_MODES:
+        for value in values:
+            counter.labels(mode=_REQUEST_MODE[mode], **{label: value})
+    return counter
+
+
 def prior_mode_for(request_mode: str) -> PriorMode | None:
     """The prior a request's mode learns into: adaptive -> cost, target -> target, else none."""
     if request_mode == "adaptive":
@@ -91,31 +102,27 @@ class PriorStore:
         self._priors: OrderedDict[tuple[str, PriorMode], DeploymentPrior] = OrderedDict()
         self._since_save = 0
         registry = registry if registry is not None else CollectorRegistry()
-        self.updates = Counter(
+        self.updates = _mode_counter(
             "pandora_prior_updates_total",
             "Finished requests offered to a deployment prior, by request mode (adaptive: the "
             "cost prior) and whether it learned from them (skipped: too few or tied rewards)",
-            ("mode", "result"),
-            registry=registry,
+            "result",
+            UPDATE_RESULTS,
+            registry,
         )
-        for mode in PRIOR_MODES:
-            for result in UPDATE_RESULTS:
-                self.updates.labels(mode=_REQUEST_MODE[mode], result=result)
         self.models = Gauge(
             "pandora_prior_models",
             "Deployment priors held (one per model and mode; bounded LRU)",
             registry=registry,
         )
-        self.policies = Counter(
+        self.policies = _mode_counter(
             "pandora_prior_policies_total",
             "Requests whose policy was given a deployment prior, by request mode and whether it "
             "decided on what the prior learned (learned) or ran its cold start (cold_start)",
-            ("mode", "shape"),
-            registry=registry,
+            "shape",
+            POLICY_SHAPES,
+            registry,
         )
-        for mode in PRIOR_MODES:
-            for shape in POLICY_SHAPES:
-                self.policies.labels(mode=_REQUEST_MODE[mode], shape=shape)
         self.builds = TableBuilds(max_pending=max_pending_builds, registry=registry)
 
     def __len__(self) -> int:

@@ -21,7 +21,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from stoppers.replay.deployment import replay_deployment
-from stoppers.robust.shape_cost import MAX_DISPERSION, CostShapePrior, ShapePandora, _trusted
+from stoppers.robust.shape_cost import (
+    MAX_DISPERSION,
+    WARM_REQUESTS,
+    CostShapePrior,
+    ShapePandora,
+    _trusted,
+)
 
 __all__ = ["dispersion_runs", "main"]
 
@@ -47,7 +53,7 @@ def dispersion_runs(
                 self.tests[self.shape_requests] = (
                     self.dispersion,
                     self.shape_dispersion,
-                    _trusted(self, self.shape_requests),  # alpha 0.99, as replayed
+                    _trusted(self, WARM_REQUESTS),  # the replayed policy's rule (alpha 0.99)
                 )
             return learned
 
