@@ -170,6 +170,45 @@ def test_target_report_runs_and_renders(tmp_path):
     assert set(data["rows"]["0.9"]) == {"all", "warm", "cold", "reasons"}
     table = target_report.render_table(out, ["p"])
     assert table.count("| p |") == 4  # pooled all / warm / cold start + paper
+    warm = data["rows"]["0.9"]["warm"]
+    assert 0.0 < warm["mean_acceptance"] <= 1.0 and len(warm["by_spread"]) == 3
+    spread = target_report.render_spread_table(out, ["p"])
+    assert spread.count("| p |") == 2  # pooled (warm) + paper
+
+
+def test_target_report_thirds_split_prompts_by_spread():
+    """The narrow third holds the prompts of smallest sd; its acceptance is theirs alone."""
+    from stoppers.robust import target_report
+
+    rng = np.random.default_rng(8)
+    scales = np.array([0.2, 3.0, 0.2, 3.0, 1.0, 1.0])  # narrow: 0, 2; middle: 4, 5; wide: 1, 3
+    rewards = rng.normal(size=(6, 80)) * scales[:, None]
+    rows = target_report.run_one(rewards, "paper", orderings=3, targets=(0.8,))["0.8"]["all"]
+    narrow, middle, wide = rows["by_spread"]
+    assert rows["mean_acceptance"] == pytest.approx((narrow + middle + wide) / 3)
+    assert narrow != wide
+
+
+def test_pool_shape_oracle_builds_from_the_pool_not_from_what_it_learned():
+    """The ablation prior's tables are the pool's: identical whatever streams it was shown."""
+    from stoppers.robust import target_report
+
+    rng = np.random.default_rng(9)
+    rewards = rng.gumbel(size=(30, 200)) * np.exp(rng.normal(0, 0.4, size=(30, 1)))
+    make = target_report.PoolShapeOracle.of_pool(rewards)
+    a, b = make(), make()
+    for _ in range(12):
+        a.update(rng.normal(size=20))
+        b.update(rng.exponential(size=50))
+    key = (0.9, 8, 200, 0.99)
+    ta, tb = a.prepare(key)(), b.prepare(key)()
+    assert ta.z_star == tb.z_star and ta.scale_mu == tb.scale_mu
+    plain = ShapePrior()
+    for _ in range(12):
+        plain.update(rng.normal(size=20))
+    assert plain.prepare(key)().z_star != ta.z_star  # what it recorded differs from the pool
+    with pytest.raises(ValueError, match="no prompt with spread"):
+        target_report.PoolShapeOracle.of_pool(np.ones((3, 10)))
 
 
 def test_target_report_min_samples_reaches_the_policies(tmp_path):

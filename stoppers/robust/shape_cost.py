@@ -103,6 +103,7 @@ class CostShapePrior(ShapePrior):
     """
 
     min_rewards: int = COST_PRIOR_MIN_REWARDS
+    likelihood: bool = False  # cost mode reads the recorded histogram: keep no streams
     shape_requests: int = 0
     tail_hits: float = 0.0  # sum over shape requests of h = draws above the level
     tail_hits_sq: float = 0.0  # sum of h^2 / m (m = the request's standardised draws)

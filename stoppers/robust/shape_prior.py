@@ -20,7 +20,9 @@ What it keeps (bounded, JSON-safe):
   draws balance the truncated ones - provided the standardisation is predictable; standardising
   by the request's final mean and sd instead made the shape far too light-tailed after short
   runs (measured: a 0.7 target delivered 0.61 on normal rewards);
-* a histogram of log sd (the scales the requests saw).
+* a histogram of log sd (the scales the requests saw);
+* (default) the first ``STREAM_REWARDS`` rewards of each of the last ``STREAM_REQUESTS``
+  requests, for the likelihood shape below (at most 256 x 96 floats).
 
 What it derives (cached, rebuilt as evidence grows by ``rebuild_growth``; at most
 ``max_tables`` tables are kept, least recently used dropped first):
@@ -36,15 +38,24 @@ What it derives (cached, rebuilt as evidence grows by ``rebuild_growth``; at mos
 The histogram is *what the prior records*, not the shape: predictive draws of short stopped
 streams, mapped by normal theory, make a skewed or heavy shape's body too wide and its tail too
 light (measured on Student-t(3): recorded 0.9-quantile 1.32 against 0.95; a table built on the
-record delivered 0.62-0.64 for a 0.7 target on Gumbel / Student-t rewards). With
-``ShapePrior(deconvolve=True)`` (opt-in: more target cells within 0.03, fewer samples saved;
-README "Target mode on a deployment"), before the plug-in rule :func:`build_table` deconvolves
-it: the shape is a two-parameter (Tukey g-and-h) map of the recorded histogram, fitted so that
-streams simulated from it, stopped by the rule and recorded as :meth:`ShapePrior.update` records
-them reproduce the recorded quantiles. The normal shape is a fixed point. A build runs ~7
-calibration-sized simulations (~0.3 s idle).
+record delivered 0.62-0.64 for a 0.7 target on Gumbel / Student-t rewards). So by default
+(``likelihood=True``) the prior also keeps the raw reward streams of its most recent
+``STREAM_REQUESTS`` requests, and a build fits the shape to them by likelihood
+(:mod:`stoppers.robust.shape_likelihood`: each stream's location and scale integrated out, EM
+on a histogram, a generalised Pareto tail above the 0.9-quantile) - a likelihood the stopping
+rule does not bend. The recorded histogram remains the shape with ``likelihood=False`` (the
+earlier default, for comparison), until ``LIKELIHOOD_MIN_STREAMS`` streams are kept (a snapshot
+restored from before the streams), and for the cost-mode subclass. With
+``ShapePrior(likelihood=False, deconvolve=True)`` (opt-in; README "Target mode on a
+deployment"), before the plug-in rule :func:`build_table` deconvolves the recorded histogram:
+the shape is a two-parameter (Tukey g-and-h) map of it, fitted so that streams simulated from
+it, stopped by the rule and recorded as :meth:`ShapePrior.update` records them reproduce the
+recorded quantiles. The normal shape is a fixed point. A build runs ~7 calibration-sized
+simulations (~0.3 s idle).
 
-Where a table is built: a build costs ~0.035-0.3 s of CPU (~0.3-1.5 s with the deconvolution).
+Where a table is built: a build costs ~0.035 s of CPU on the recorded histogram, ~0.3-0.7 s
+with the likelihood shape (a full set of kept streams; ~85 MB peak) and ~0.3-1.5 s with the
+deconvolution.
 By default :meth:`ShapePrior.table` builds a missing or stale table on the spot (offline replay
 and reports: same numbers every run). A server sets :attr:`ShapePrior.schedule_build`: then
 ``table()`` never builds - it returns the newest cached table for the key (stale or not; None if
@@ -64,6 +75,8 @@ from typing import Any
 import numpy as np
 from scipy import special
 
+from stoppers.robust.shape_likelihood import fit_shape
+
 __all__ = ["MAX_TABLES", "ShapePrior", "StopTable", "TableKey"]
 
 Z_LO, Z_HI, Z_BINS = -12.0, 12.0, 1200  # bin width 0.02
@@ -73,6 +86,9 @@ SIM_STREAMS = 800
 SIM_HORIZON = 256  # simulated streams stop here (longer runs are rare at targets <= 0.95)
 SLOPES = (1.5, 3.0, 5.0, 8.0)  # candidate small-sample slopes of the offset
 MAX_TABLES = 32  # stop tables cached per prior (LRU): client-chosen keys cannot grow memory
+STREAM_REQUESTS = 256  # the likelihood shape is fitted to the most recent requests' streams,
+STREAM_REWARDS = 96  # ... each cut to its first rewards (a fixed cut keeps the likelihood valid)
+LIKELIHOOD_MIN_STREAMS = 10  # fewer kept streams (a restored old snapshot): the recorded shape
 
 # (target to 3 decimals, min_samples, horizon, alpha): what one stop table is built for
 TableKey = tuple[float, int, int, float]
@@ -126,10 +142,14 @@ class ShapePrior:
     ``rebuild_growth``: stop tables are rebuilt when the request count has grown by this factor
     since they were built (and at least by one request).
     ``alpha``: the benchmark percentile the tables use (the policy's).
-    ``deconvolve``: fit the shape to what the prior records before building a table
-    (:func:`build_table`). Off by default: it brings more target cells within 0.03 but costs
-    samples everywhere (README, "Target mode on a deployment"), so it is opt-in until that trade
-    is settled.
+    ``likelihood``: build tables on the shape fitted by likelihood to the raw reward streams of
+    the most recent ``STREAM_REQUESTS`` requests (:mod:`stoppers.robust.shape_likelihood`; the
+    default). False: on the recorded histogram of predictive draws (the earlier default; kept for
+    comparison and used until ``LIKELIHOOD_MIN_STREAMS`` streams are kept).
+    ``deconvolve``: with the recorded histogram, fit the shape to what the prior records before
+    building a table (:func:`build_table`). Opt-in: more target cells within 0.03 than the
+    recorded histogram but fewer samples saved (README, "Target mode on a deployment").
+    ``streams``: the kept streams (lists of floats, oldest first); persisted.
     ``max_tables``: stop tables kept (LRU; not persisted).
     ``schedule_build``: None (default) - :meth:`table` builds a missing or stale table itself,
     blocking for ~0.1-0.3 s. A callable ``(prior, key)`` - :meth:`table` never builds; it
@@ -141,8 +161,10 @@ class ShapePrior:
     rebuild_growth: float = 2.0
     alpha: float = 0.99  # default benchmark percentile of the tables
     requests: int = 0
+    likelihood: bool = True
     deconvolve: bool = False
     z_counts: Any = field(default_factory=lambda: np.zeros(Z_BINS), repr=False)
+    streams: list[list[float]] = field(default_factory=list, repr=False)
     s_counts: Any = field(default_factory=lambda: np.zeros(S_BINS), repr=False)
     max_tables: int = field(default=MAX_TABLES, repr=False, compare=False)
     schedule_build: Callable[[ShapePrior, TableKey], None] | None = field(
@@ -161,6 +183,7 @@ class ShapePrior:
             raise ValueError(f"max_tables must be >= 1, got {self.max_tables}")
         self.z_counts = np.array(self.z_counts, dtype=np.float64)
         self.s_counts = np.array(self.s_counts, dtype=np.float64)
+        self.streams = _streams_of(self.streams)
 
     # -- learning ---------------------------------------------------------------------------
     def update(self, rewards: Any) -> bool:
@@ -173,9 +196,11 @@ class ShapePrior:
             return False
         z = self._standardise(x)
         self.z_counts += np.bincount(_z_bin(z), minlength=Z_BINS)
-        j = int(np.clip((math.log(sd) - S_LO) / (S_HI - S_LO) * S_BINS, 0, S_BINS - 1))
-        self.s_counts[j] += 1.0
+        self.s_counts[_s_bin(np.array([math.log(sd)]))[0]] += 1.0
         self.requests += 1
+        if self.likelihood:
+            self.streams.append(x[:STREAM_REWARDS].tolist())
+            del self.streams[:-STREAM_REQUESTS]
         return True
 
     def _standardise(self, x: np.ndarray) -> np.ndarray:
@@ -207,24 +232,33 @@ class ShapePrior:
             "rebuild_growth": self.rebuild_growth,
             "alpha": self.alpha,
             "requests": self.requests,
+            "likelihood": self.likelihood,
             "deconvolve": self.deconvolve,
             "z_counts": {str(i): float(c) for i, c in enumerate(self.z_counts) if c},
             "s_counts": {str(i): float(c) for i, c in enumerate(self.s_counts) if c},
+            "streams": [list(stream) for stream in self.streams],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShapePrior:
-        """Restore :meth:`to_dict`'s snapshot; ValueError on anything it could not have written."""
+        """Restore :meth:`to_dict`'s snapshot; ValueError on anything it could not have written.
+
+        A snapshot from before the likelihood shape has no streams: its tables use the recorded
+        histogram until ``LIKELIHOOD_MIN_STREAMS`` requests have been learned after the restore.
+        """
         z = _histogram(data.get("z_counts", {}), Z_BINS, "z_counts")
         s = _histogram(data.get("s_counts", {}), S_BINS, "s_counts")
+        likelihood = data.get("likelihood", cls.__dataclass_fields__["likelihood"].default)
         return cls(
             min_rewards=int(data.get("min_rewards", 4)),
             rebuild_growth=float(data.get("rebuild_growth", 2.0)),
             alpha=float(data.get("alpha", 0.99)),
             requests=int(data.get("requests", 0)),
+            likelihood=bool(likelihood),
             deconvolve=bool(data.get("deconvolve", False)),
             z_counts=z,
             s_counts=s,
+            streams=data.get("streams", []),
         )
 
     # -- what the policy reads -----------------------------------------------------------------
@@ -289,10 +323,16 @@ class ShapePrior:
         target, min_samples, horizon, alpha = key
         z_counts, s_counts, requests = self.z_counts.copy(), self.s_counts.copy(), self.requests
         options = {"min_rewards": self.min_rewards, "deconvolve": self.deconvolve}
+        streams = list(self.streams) if self.likelihood else []  # kept streams never change
 
         def build() -> StopTable:
+            shape = z_counts
+            if len(streams) >= LIKELIHOOD_MIN_STREAMS:
+                fitted = fit_shape(streams, Z_EDGES)
+                if fitted is not None:
+                    shape, options["deconvolve"] = fitted, False
             return build_table(
-                z_counts, s_counts, target, alpha, min_samples, horizon, requests, **options
+                shape, s_counts, target, alpha, min_samples, horizon, requests, **options
             )
 
         return build
@@ -327,6 +367,29 @@ def _predictive_to_normal(past: np.ndarray, t: np.ndarray) -> np.ndarray:
 def _z_bin(z: np.ndarray) -> np.ndarray:
     """Index of the standardised-reward histogram bin of each ``z`` (clipped to the range)."""
     return np.clip(((z - Z_LO) / (Z_HI - Z_LO) * Z_BINS).astype(np.int64), 0, Z_BINS - 1)
+
+
+def _s_bin(log_sd: np.ndarray) -> np.ndarray:
+    """Index of the log-sd histogram bin of each ``log_sd`` (clipped to the range)."""
+    return np.clip(((log_sd - S_LO) / (S_HI - S_LO) * S_BINS).astype(np.int64), 0, S_BINS - 1)
+
+
+def _streams_of(streams: Any) -> list[list[float]]:
+    """Validated kept streams: at most ``STREAM_REQUESTS`` lists of at most ``STREAM_REWARDS``
+    finite numbers (ValueError otherwise: nothing :meth:`ShapePrior.to_dict` could write)."""
+    if not isinstance(streams, list) or len(streams) > STREAM_REQUESTS:
+        raise ValueError(f"streams must be a list of at most {STREAM_REQUESTS} reward lists")
+    out = []
+    for stream in streams:
+        if not isinstance(stream, list | tuple) or not 0 < len(stream) <= STREAM_REWARDS:
+            raise ValueError(f"each stream must hold 1 to {STREAM_REWARDS} rewards")
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in stream):
+            raise ValueError("streams must hold numbers")
+        values = [float(v) for v in stream]
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError("streams must hold finite rewards")
+        out.append(values)
+    return out
 
 
 def _histogram(sparse: Any, bins: int, name: str) -> list[float]:

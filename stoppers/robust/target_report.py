@@ -6,14 +6,26 @@ definitions of :mod:`stoppers.replay.experiments`) with
 prompts in a random order - for three policies:
 
 * ``pooled``: :class:`~stoppers.robust.pooled_target.PooledTargetAcceptance` with a fresh
-  :class:`~stoppers.robust.shape_prior.ShapePrior` per deployment (reported over all prompts,
-  and split into the cold-start prompts and those served after the prior had learned from
-  ``COLD_START`` requests);
-* ``pooled-deconv``: the same with ``ShapePrior(deconvolve=True)`` (opt-in);
+  :class:`~stoppers.robust.shape_prior.ShapePrior` per deployment (the default: the shape fitted
+  by likelihood to the kept reward streams; reported over all prompts, and split into the
+  cold-start prompts and those served after the prior had learned from ``COLD_START`` requests);
+* ``pooled-recorded``: the same on the recorded histogram, ``ShapePrior(likelihood=False)`` (the
+  earlier default);
+* ``pooled-deconv``: the recorded histogram deconvolved,
+  ``ShapePrior(likelihood=False, deconvolve=True)`` (opt-in);
+* ``pooled-oracle``: an ablation, not a policy a gateway can run - the same rule with its tables
+  built from the *pool's own* standardised shape and scales (every prompt's full row
+  standardised by its own mean and sd; :class:`PoolShapeOracle`), i.e. what the rule delivers
+  once the deployment's shape and scale distribution are known exactly;
 * ``tail``: :class:`~stoppers.robust.target.TailTargetAcceptance` (learns nothing);
 * ``paper``: the paper's :class:`~stoppers.adaptive.TargetAcceptance` (learns nothing).
 
-``run`` writes one JSON per (pool, policy); ``table`` renders the README table from them.
+Besides the median over prompts (the paper's and the issue's summary), each row records the
+mean over prompts and the mean by thirds of the prompts ranked by their reward spread (sd of the
+full row): a rule that keeps its promise prompt by prompt has equal thirds.
+
+``run`` writes one JSON per (pool, policy); ``table`` renders the README table from them
+(``table --spread``: the per-spread table).
 """
 
 from __future__ import annotations
@@ -21,34 +33,96 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["main", "render_table", "run_one"]
+from stoppers.robust.shape_prior import (
+    S_BINS,
+    Z_BINS,
+    ShapePrior,
+    StopTable,
+    TableKey,
+    _s_bin,
+    _z_bin,
+    build_table,
+)
+
+__all__ = ["PoolShapeOracle", "main", "render_spread_table", "render_table", "run_one"]
 
 TARGETS = (0.7, 0.8, 0.9, 0.95)
-POLICIES = ("pooled", "pooled-deconv", "tail", "paper")
-POOLED = ("pooled", "pooled-deconv")  # learn across the deployment: warm / cold rows too
+POLICIES = ("pooled", "pooled-recorded", "pooled-deconv", "pooled-oracle", "tail", "paper")
+# learn across the deployment: warm / cold rows too
+POOLED = ("pooled", "pooled-recorded", "pooled-deconv", "pooled-oracle")
 LABELS = {
     "pooled": "**PooledTargetAcceptance**",
+    "pooled-recorded": "PooledTargetAcceptance, recorded shape (earlier default)",
     "pooled-deconv": "PooledTargetAcceptance, deconvolved shape (opt-in)",
+    "pooled-oracle": "PooledTargetAcceptance told the pool's shape and scales (ablation)",
     "tail": "TailTargetAcceptance",
     "paper": "paper TargetAcceptance",
 }
 
 
-def _maker(policy: str, target: float, budget: int, min_samples: int | None = None):
-    """(policy factory, prior factory); ``min_samples`` None keeps each policy's own default."""
+@dataclass
+class PoolShapeOracle(ShapePrior):
+    """Ablation prior: learns its request count as a :class:`ShapePrior` does (same cold start),
+    but builds every table from fixed histograms - the pool's own shape and scales - instead of
+    what it recorded. Report-only: it peeks at every reward of every prompt."""
+
+    oracle_z: Any = field(default=None, repr=False)
+    oracle_s: Any = field(default=None, repr=False)
+
+    @classmethod
+    def of_pool(cls, rewards: np.ndarray) -> Callable[[], PoolShapeOracle]:
+        """A prior factory for ``rewards`` (prompts x samples): each row standardised by its own
+        mean and sd (ddof=1), pooled; the rows' log sd as the scale distribution."""
+        rows = np.asarray(rewards, dtype=np.float64)
+        sd = rows.std(axis=1, ddof=1)
+        rows, sd = rows[sd > 0], sd[sd > 0]
+        if rows.shape[0] == 0:
+            raise ValueError("no prompt with spread: the pool has no shape to tell")
+        z = (rows - rows.mean(axis=1, keepdims=True)) / sd[:, None]
+        z_counts = np.bincount(_z_bin(z.ravel()), minlength=Z_BINS).astype(np.float64)
+        s_counts = np.bincount(_s_bin(np.log(sd)), minlength=S_BINS).astype(np.float64)
+        return partial(cls, oracle_z=z_counts, oracle_s=s_counts)
+
+    def prepare(self, key: TableKey) -> Callable[[], StopTable]:
+        if self.requests == 0:
+            raise ValueError("an empty prior has no table to build")
+        target, min_samples, horizon, alpha = key
+        requests, z, s = self.requests, self.oracle_z, self.oracle_s
+        return lambda: build_table(z, s, target, alpha, min_samples, horizon, requests)
+
+
+def _maker(
+    policy: str,
+    target: float,
+    budget: int,
+    min_samples: int | None = None,
+    rewards: np.ndarray | None = None,
+):
+    """(policy factory, prior factory); ``min_samples`` None keeps each policy's own default;
+    ``rewards`` (the pool) only for ``pooled-oracle``."""
     from stoppers import TargetAcceptance
     from stoppers.robust.pooled_target import PooledTargetAcceptance
-    from stoppers.robust.shape_prior import ShapePrior
     from stoppers.robust.target import TailTargetAcceptance
 
     limits = {"max_samples": budget} | ({} if min_samples is None else {"min_samples": min_samples})
     if policy in POOLED:
-        new_prior = ShapePrior if policy == "pooled" else partial(ShapePrior, deconvolve=True)
+        if policy == "pooled-oracle":
+            if rewards is None:
+                raise ValueError("pooled-oracle needs the pool's rewards")
+            new_prior = PoolShapeOracle.of_pool(rewards)
+        elif policy == "pooled":
+            new_prior = ShapePrior
+        else:
+            deconvolve = policy == "pooled-deconv"
+            new_prior = partial(ShapePrior, likelihood=False, deconvolve=deconvolve)
         return (lambda p: PooledTargetAcceptance(target, prior=p, **limits)), new_prior
     if policy == "tail":
         return (lambda _p: TailTargetAcceptance(target, **limits)), None
@@ -73,9 +147,11 @@ def run_one(
     from stoppers.robust.pooled_target import COLD_START
 
     budget = max_samples or rewards.shape[1]
+    spread = np.argsort(np.asarray(rewards, dtype=np.float64).std(axis=1), kind="stable")
+    thirds = np.array_split(spread, 3)
     out: dict = {}
     for target in targets:
-        make, new_prior = _maker(policy, target, budget, min_samples)
+        make, new_prior = _maker(policy, target, budget, min_samples, rewards)
         run = replay_deployment(
             rewards, make, new_prior, orderings=orderings, seed=seed, max_samples=max_samples
         )
@@ -85,15 +161,25 @@ def run_one(
             masks["cold"] = lambda r: ~r.warm(COLD_START)
         rows: dict = {}
         for name, mask in masks.items():
-            row = savings_rows(deployment_summaries(rewards, targets={target: run}, mask=mask))[0]
+            summaries = deployment_summaries(rewards, targets={target: run}, mask=mask)
+            row = savings_rows(summaries)[0]
             keep = ("achieved_acceptance", "save_ratio", "mean_samples", "matched_fixed_n")
             rows[name] = {k: row[k] for k in keep}
             rows[name]["mean_save_ratio"] = row["mean_save_ratio"]
             rows[name]["censored_prompts"] = row["censored_prompts"]
+            per_prompt = summaries.target_acceptance[0]
+            rows[name]["mean_acceptance"] = _nanmean(per_prompt)
+            rows[name]["by_spread"] = [_nanmean(per_prompt[third]) for third in thirds]
         reasons, counts = np.unique(run.reason, return_counts=True)
         rows["reasons"] = dict(zip(reasons.tolist(), counts.tolist(), strict=True))
         out[str(target)] = rows
     return out
+
+
+def _nanmean(values: np.ndarray) -> float | None:
+    """Mean over the prompts that have a value (None if none: e.g. no warm position)."""
+    kept = values[~np.isnan(values)]
+    return float(kept.mean()) if kept.size else None
 
 
 def _fmt(rows: dict, key: str, part: str, spec: str) -> str:
@@ -130,6 +216,46 @@ def render_table(directory: Path, pools: list[str]) -> str:
                     f"| {_fmt(rows, 'save_ratio', part, '+.2f')} "
                     f"| {'-' if n09 is None else format(n09, '.1f')} |"
                 )
+    return "\n".join(lines)
+
+
+def render_spread_table(directory: Path, pools: list[str]) -> str:
+    """Markdown rows: the promise prompt by prompt - median vs mean over prompts, and the mean
+    acceptance of the narrowest / middle / widest third of prompts (warm rows for the policies
+    that learn across the deployment)."""
+    lines = [
+        "| pool | policy | median over prompts at 0.7 / 0.8 / 0.9 / 0.95 "
+        "| mean over prompts | thirds by spread at 0.7 (narrow / middle / wide) "
+        "| thirds at 0.9 | samples at 0.7 / 0.9 |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+
+    def cell(rows: dict, target: float, part: str, key: str) -> Any:
+        return rows.get(str(target), {}).get(part, {}).get(key)
+
+    def joined(values: list[Any], spec: str) -> str:
+        return " / ".join("-" if v is None else format(v, spec) for v in values)
+
+    for pool in pools:
+        for policy in POLICIES:
+            path = directory / f"{pool}-{policy}.json"
+            if not path.exists():
+                continue
+            data = json.loads(path.read_text())
+            rows, part = data["rows"], "warm" if policy in POOLED else "all"
+            if cell(rows, 0.9, part, "mean_acceptance") is None:
+                continue  # written before the per-spread figures were recorded
+            label = f"{LABELS[policy]}{' (warm)' if part == 'warm' else ''}"
+            medians = [cell(rows, t, part, "achieved_acceptance") for t in TARGETS]
+            means = [cell(rows, t, part, "mean_acceptance") for t in TARGETS]
+            samples = [cell(rows, t, part, "mean_samples") for t in (0.7, 0.9)]
+            lines.append(
+                f"| {pool} | {label} [{data['prompts']} x {data['orderings']}] "
+                f"| {joined(medians, '.3f')} | {joined(means, '.3f')} "
+                f"| {joined(cell(rows, 0.7, part, 'by_spread') or [None] * 3, '.3f')} "
+                f"| {joined(cell(rows, 0.9, part, 'by_spread') or [None] * 3, '.3f')} "
+                f"| {joined(samples, '.1f')} |"
+            )
     return "\n".join(lines)
 
 
@@ -189,9 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     table.add_argument("--out", default="target-report")
     table.add_argument("pools", nargs="+")
     table.add_argument("--figure", help="also write achieved-vs-target PNG here")
+    table.add_argument(
+        "--spread", action="store_true", help="the per-spread table (median, mean, thirds)"
+    )
     args = parser.parse_args(argv)
     if args.command == "table":
-        print(render_table(Path(args.out), args.pools))
+        render = render_spread_table if args.spread else render_table
+        print(render(Path(args.out), args.pools))
         if args.figure:
             write_figure(Path(args.out), args.pools, Path(args.figure))
         return 0

@@ -1,0 +1,182 @@
+"""A deployment's standardised reward shape, estimated by likelihood from raw reward streams.
+
+Why: the target-mode stop table (:mod:`stoppers.robust.shape_prior`) is only as good as the
+shape it is built on, and the delivered acceptance is steep in the shape's alpha-quantile
+(measured on exponential rewards at target 0.7: a 0.99-quantile of 3.29 instead of 3.59
+delivers 0.64, 3.66 delivers 0.74). The histogram :class:`ShapePrior` records - each draw
+standardised by the mean and sd before it, mapped through normal theory - is exact only for
+normal rewards; on Gumbel, exponential or skewed rewards its body comes out too wide and its
+tail too light however many requests it learns from (README, "What limits the target
+promise").
+
+The likelihood does not depend on the stopping rule: a request that stopped after n rewards
+contributes prod_k f((x_k - mu) / sigma) / sigma whatever rule stopped it (the stop decisions
+are functions of the data alone), so the maximum-likelihood shape of stopped streams is
+consistent. Each request's location mu and scale sigma are nuisance parameters, integrated out
+on a grid with the location-scale invariant weight d mu d log sigma (the rule is location
+invariant; its scale dependence is mild). The shape f is a histogram fitted by EM with a
+smoothing step (EMS: Silverman, Jones, Wilson & Nychka 1990): the E-step weighs each request's
+(mu, sigma) grid nodes by their likelihood under the current f, the M-step re-histograms the
+standardised draws with those weights, then smooths and re-standardises.
+
+The far tail (where kappa lives) is thin in a few thousand draws, so above the 0.9-quantile
+the histogram is replaced by a generalised Pareto tail fitted to it by weighted maximum
+likelihood (peaks over threshold, as in :mod:`stoppers.robust.gpd_tail`): that pools the
+evidence of the top decile into two parameters and steadies the 0.99-quantile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import ndimage, optimize, special
+
+__all__ = ["MIN_STREAM", "fit_shape"]
+
+MIN_STREAM = 4  # rewards a stream needs before its sd says anything
+NODES = np.linspace(-6.0, 6.0, 13)  # nuisance grid, in normal-theory standard errors
+EM_LO, EM_HI, EM_BINS = -8.0, 8.0, 320  # EM histogram: bin width 0.05
+EM_ITERATIONS = 60  # converged to 0.01 in every quantile tested (30 vs 400 iterations)
+SMOOTHING = 0.1  # sd of the Gaussian smoothing step, in standardised units
+TAIL_MASS = 0.1  # the GPD replaces the histogram above this upper-tail probability
+XI_RANGE = (-0.5, 0.9)  # bounded (clipped) to heavy (Student-t(1.1)) tails
+
+
+def fit_shape(
+    streams: Sequence[Sequence[float]],
+    edges: np.ndarray,
+    *,
+    iterations: int = EM_ITERATIONS,
+    smoothing: float = SMOOTHING,
+    tail_mass: float = TAIL_MASS,
+) -> np.ndarray | None:
+    """The standardised shape (mean 0, sd 1) as probabilities of the bins ``edges``.
+
+    ``streams``: each request's rewards in observation order (streams with fewer than
+    ``MIN_STREAM`` rewards or no spread are skipped). None if no stream is usable.
+    """
+    data = _Nodes.of(streams)
+    if data is None:
+        return None
+    em_edges = np.linspace(EM_LO, EM_HI, EM_BINS + 1)
+    width = (EM_HI - EM_LO) / EM_BINS
+    f = np.diff(special.ndtr(em_edges))  # start from the normal shape
+    for _ in range(iterations):
+        f = _standardise(_em_step(data, f / f.sum(), width, smoothing), em_edges)
+    shape = _rebin(f, em_edges, edges)
+    return _gpd_tail(shape, edges, tail_mass)
+
+
+class _Nodes:
+    """Every stream's draws standardised at every (mu, log sigma) node, as EM bin indices."""
+
+    def __init__(self, bins: np.ndarray, lengths: np.ndarray, log_weight: np.ndarray) -> None:
+        self.bins = bins  # flat: stream, node, draw
+        self.lengths = lengths  # draws per stream
+        self.log_weight = log_weight  # (streams, nodes): -n log sigma (the Jacobian)
+        per_node = np.repeat(lengths, NODES.size**2)
+        self.starts = np.concatenate([[0], np.cumsum(per_node)[:-1]])
+        self.per_node = per_node
+
+    @classmethod
+    def of(cls, streams: Sequence[Sequence[float]]) -> _Nodes | None:
+        bins, lengths, log_weight = [], [], []
+        width = (EM_HI - EM_LO) / EM_BINS
+        for stream in streams:
+            x = np.asarray(stream, dtype=np.float64)
+            n = x.size
+            if n < MIN_STREAM or not np.all(np.isfinite(x)):
+                continue
+            sd = float(x.std(ddof=1))
+            if not sd > 0.0:
+                continue
+            # normal-theory standard errors: mean sd / sqrt(n), log sd 1 / sqrt(2 (n - 1))
+            mu = float(x.mean()) + sd / math.sqrt(n) * NODES
+            log_sigma = math.log(sd) + NODES / math.sqrt(2.0 * (n - 1))
+            z = (x[None, None, :] - mu[:, None, None]) / np.exp(log_sigma)[None, :, None]
+            bins.append(np.clip(((z - EM_LO) / width).astype(np.int32), 0, EM_BINS - 1).ravel())
+            lengths.append(n)
+            log_weight.append(np.broadcast_to(-n * log_sigma, (NODES.size, NODES.size)).ravel())
+        if not lengths:
+            return None
+        return cls(np.concatenate(bins), np.array(lengths), np.stack(log_weight))
+
+
+def _em_step(data: _Nodes, f: np.ndarray, width: float, smoothing: float) -> np.ndarray:
+    """One EM step with smoothing: expected bin counts of the draws under f, smoothed."""
+    log_f = np.log(np.maximum(f, 1e-12) / width)
+    streams = data.lengths.size
+    log_like = np.add.reduceat(log_f[data.bins], data.starts).reshape(streams, -1)
+    log_like += data.log_weight
+    post = np.exp(log_like - log_like.max(axis=1, keepdims=True))
+    post /= post.sum(axis=1, keepdims=True)
+    weights = np.repeat(post.ravel(), data.per_node)  # each draw weighs as its node
+    counts = np.bincount(data.bins, weights=weights, minlength=f.size)
+    return ndimage.gaussian_filter1d(counts, smoothing / width, mode="constant")
+
+
+def _standardise(f: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """f re-binned as the law of (Z - mean) / sd: the shape is only defined up to location and
+    scale (each stream's own are integrated out), so it is pinned to mean 0 and sd 1."""
+    p = f / f.sum()
+    centres = 0.5 * (edges[:-1] + edges[1:])
+    mean = float(p @ centres)
+    sd = math.sqrt(float(p @ (centres - mean) ** 2))
+    cdf = np.concatenate([[0.0], np.cumsum(p)])
+    out = np.diff(np.interp(mean + sd * edges, edges, cdf))  # P((Z - mean) / sd <= e)
+    return out / out.sum()
+
+
+def _rebin(p: np.ndarray, old_edges: np.ndarray, new_edges: np.ndarray) -> np.ndarray:
+    """Probabilities on ``old_edges`` moved to ``new_edges`` (CDF linear within a bin)."""
+    cdf = np.concatenate([[0.0], np.cumsum(p)])
+    out = np.diff(np.interp(new_edges, old_edges, cdf))
+    return out / out.sum()
+
+
+def _gpd_tail(p: np.ndarray, edges: np.ndarray, tail_mass: float) -> np.ndarray:
+    """Above the (1 - tail_mass)-quantile, the GPD fitted to the histogram's exceedances."""
+    centres = 0.5 * (edges[:-1] + edges[1:])
+    start = int(np.searchsorted(np.cumsum(p), 1.0 - tail_mass)) + 1
+    if start >= p.size - 2:
+        return p
+    y = centres[start:] - edges[start]
+    weight = p[start:]
+    mass = float(weight.sum())
+    if not mass > 0.0:
+        return p
+    mean_excess = max(float(weight @ y) / mass, 1e-6)
+
+    def neg_log_like(theta: np.ndarray) -> float:
+        log_pdf = _gpd_log_pdf(y, float(theta[0]), math.exp(float(theta[1])))
+        used = weight > 0.0
+        value = -float(weight[used] @ log_pdf[used]) / mass
+        return value if math.isfinite(value) else 1e9
+
+    start_point = np.array([0.0, math.log(mean_excess)])
+    simplex = start_point + np.array([[0.0, 0.0], [0.2, 0.0], [0.0, 0.3]])
+    fit = optimize.minimize(
+        neg_log_like,
+        start_point,
+        method="Nelder-Mead",
+        options={"initial_simplex": simplex, "xatol": 1e-4, "fatol": 1e-9},
+    )
+    xi = float(np.clip(fit.x[0], *XI_RANGE))
+    density = np.exp(_gpd_log_pdf(y, xi, math.exp(float(fit.x[1]))))
+    if not density.sum() > 0.0:
+        return p
+    out = p.copy()
+    out[start:] = mass * density / density.sum()
+    return out / out.sum()
+
+
+def _gpd_log_pdf(y: np.ndarray, xi: float, beta: float) -> np.ndarray:
+    """log density of GPD(beta, xi) at y >= 0 (-inf past a bounded tail's end point)."""
+    if abs(xi) < 1e-9:
+        return -math.log(beta) - y / beta
+    t = 1.0 + xi * y / beta
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = -math.log(beta) - (1.0 / xi + 1.0) * np.log(t)
+    return np.where(t > 0.0, out, -np.inf)

@@ -1,0 +1,153 @@
+"""The likelihood shape of a deployment (stoppers/robust/shape_likelihood.py) and the ShapePrior
+streams it is fitted to."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from stoppers.robust import shape_prior as sp
+from stoppers.robust.shape_cost import CostShapePrior
+from stoppers.robust.shape_likelihood import _gpd_tail, fit_shape
+from stoppers.robust.shape_prior import ShapePrior
+
+EDGES = np.linspace(sp.Z_LO, sp.Z_HI, sp.Z_BINS + 1)
+CENTRES = 0.5 * (EDGES[:-1] + EDGES[1:])
+EULER = 0.5772156649015329
+GUMBEL_SD = math.pi / math.sqrt(6.0)
+
+
+def gumbel_z(rng: np.random.Generator, size) -> np.ndarray:
+    """Standardised Gumbel draws (mean 0, sd 1): a right-skewed shape, 0.99-quantile 3.14."""
+    return (rng.gumbel(size=size) - EULER) / GUMBEL_SD
+
+
+def true_gumbel_quantile(p: float) -> float:
+    return (-math.log(-math.log(p)) - EULER) / GUMBEL_SD
+
+
+def quantile(shape: np.ndarray, p: float) -> float:
+    return float(np.interp(p, np.cumsum(shape), EDGES[1:]))
+
+
+def stopped_streams(rng: np.random.Generator, count: int) -> list[np.ndarray]:
+    """Gumbel prompts (random location and scale) stopped by a data-dependent rule: after 8
+    rewards, at the first whose best is 1.6 sds above the mean (at most 60)."""
+    out = []
+    for _ in range(count):
+        x = rng.normal() + math.exp(rng.normal(0.0, 0.4)) * gumbel_z(rng, 60)
+        for n in range(8, 61):
+            head = x[:n]
+            if (head.max() - head.mean()) >= 1.6 * head.std(ddof=1):
+                break
+        out.append(x[:n])
+    return out
+
+
+def test_fit_shape_recovers_a_skewed_shape_from_short_streams():
+    rng = np.random.default_rng(0)
+    streams = [rng.normal() + math.exp(rng.normal(0, 0.4)) * gumbel_z(rng, 16) for _ in range(300)]
+    shape = fit_shape(streams, EDGES)
+    assert shape is not None and shape.sum() == pytest.approx(1.0)
+    assert float(shape @ CENTRES) == pytest.approx(0.0, abs=0.02)
+    assert float(shape @ CENTRES**2) == pytest.approx(1.0, abs=0.05)
+    for p, tol in ((0.5, 0.05), (0.9, 0.08), (0.99, 0.25)):
+        assert quantile(shape, p) == pytest.approx(true_gumbel_quantile(p), abs=tol)
+
+
+def test_the_likelihood_shape_is_not_bent_by_the_stopping_rule():
+    """The recorded histogram of stopped Gumbel streams has too light a tail; the likelihood
+    shape of the very same streams does not."""
+    rng = np.random.default_rng(1)
+    streams = stopped_streams(rng, 400)
+    assert 8 <= np.mean([s.size for s in streams]) < 40  # the rule did stop them early
+    recorded = ShapePrior(likelihood=False)
+    for s in streams:
+        recorded.update(s)
+    truth = true_gumbel_quantile(0.99)
+    from_record = quantile(recorded.z_counts / recorded.z_counts.sum(), 0.99)
+    from_likelihood = quantile(fit_shape(streams, EDGES), 0.99)
+    assert abs(from_likelihood - truth) < 0.2
+    assert abs(from_record - truth) > 2 * abs(from_likelihood - truth)
+
+
+def test_fit_shape_skips_what_says_nothing():
+    assert fit_shape([], EDGES) is None
+    assert fit_shape([[1.0, 2.0, 3.0], [2.0] * 10, [0.0, float("nan"), 1.0, 2.0]], EDGES) is None
+    rng = np.random.default_rng(2)
+    good = [rng.normal(size=12) for _ in range(20)]
+    with_noise = [*good, [1.0, 2.0], [5.0] * 9]
+    assert np.array_equal(fit_shape(good, EDGES), fit_shape(with_noise, EDGES))
+
+
+def test_gpd_tail_keeps_an_exponential_tail_and_the_mass():
+    z = np.linspace(-1.0, 12.0, 5000)
+    p = np.diff(np.interp(EDGES, z, 1.0 - np.exp(-(z + 1.0))))  # Exp(1) - 1: mean 0, sd 1
+    p /= p.sum()
+    spliced = _gpd_tail(p, EDGES, 0.1)
+    assert spliced.sum() == pytest.approx(1.0)
+    assert quantile(spliced, 0.99) == pytest.approx(math.log(100.0) - 1.0, abs=0.05)
+    below = CENTRES < 1.0
+    assert np.allclose(spliced[below], p[below] / p.sum() * spliced.sum(), atol=1e-12)
+
+
+def test_streams_are_bounded_and_persisted():
+    rng = np.random.default_rng(3)
+    prior = ShapePrior()
+    for _ in range(sp.STREAM_REQUESTS + 5):
+        assert prior.update(rng.normal(size=sp.STREAM_REWARDS + 10))
+    assert len(prior.streams) == sp.STREAM_REQUESTS
+    assert all(len(s) == sp.STREAM_REWARDS for s in prior.streams)
+    restored = ShapePrior.from_dict(json.loads(json.dumps(prior.to_dict())))
+    assert restored.streams == prior.streams and restored.likelihood
+    key = prior.table_key(0.9, min_samples=8, horizon=128)
+    assert restored.prepare(key)().z_star == prior.prepare(key)().z_star
+
+
+@pytest.mark.parametrize(
+    "streams",
+    [
+        "nope",
+        [[1.0, 2.0]] * (sp.STREAM_REQUESTS + 1),
+        [[0.0] * (sp.STREAM_REWARDS + 1)],
+        [[]],
+        [[1.0, float("inf")]],
+        [["1.0", 2.0]],
+        [[True, 2.0]],
+    ],
+)
+def test_from_dict_rejects_streams_it_could_not_have_written(streams):
+    state = ShapePrior().to_dict() | {"streams": streams}
+    with pytest.raises(ValueError, match="stream"):
+        ShapePrior.from_dict(state)
+
+
+def test_an_old_snapshot_uses_the_recorded_shape_until_it_has_kept_streams():
+    rng = np.random.default_rng(4)
+    recorded = ShapePrior(likelihood=False)
+    for _ in range(40):
+        recorded.update(gumbel_z(rng, 30))
+    old = recorded.to_dict()
+    del old["streams"], old["likelihood"]  # what a gateway saved before this change
+    restored = ShapePrior.from_dict(old)
+    assert restored.likelihood and restored.streams == []
+    key = restored.table_key(0.8, min_samples=8, horizon=128)
+    assert restored.prepare(key)().z_star == recorded.prepare(key)().z_star
+    for _ in range(sp.LIKELIHOOD_MIN_STREAMS):
+        restored.update(gumbel_z(rng, 30))
+    again = ShapePrior(likelihood=False, z_counts=restored.z_counts, s_counts=restored.s_counts)
+    again.requests = restored.requests
+    assert restored.prepare(key)().z_star != again.prepare(key)().z_star
+
+
+def test_the_cost_prior_keeps_no_streams():
+    rng = np.random.default_rng(5)
+    prior = CostShapePrior()
+    for _ in range(5):
+        assert prior.update(rng.normal(size=40))
+    assert prior.streams == [] and not prior.likelihood
+    restored = CostShapePrior.from_dict(json.loads(json.dumps(prior.to_dict())))
+    assert restored.streams == [] and not restored.likelihood
