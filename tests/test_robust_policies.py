@@ -35,7 +35,8 @@ def test_budget_is_never_exceeded(mode, rewards, budget):
     policy = run(POLICIES[mode](max_samples=budget, min_samples=min_samples), rewards)
     assert policy.n <= budget
     if policy.n == budget and policy.stop_reason is not None:
-        assert policy.stop_reason in {"budget", "threshold", "target"}
+        # "tied": the best seen 3 times above lower rewards may fire on the last affordable one
+        assert policy.stop_reason in {"budget", "threshold", "target", "tied"}
     if policy.stop_reason is None:
         assert policy.n == len(rewards) < budget
     assert policy.best == max(rewards[: policy.n])

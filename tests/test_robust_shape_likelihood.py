@@ -143,6 +143,15 @@ def test_an_old_snapshot_uses_the_recorded_shape_until_it_has_kept_streams():
     assert restored.prepare(key)().z_star != again.prepare(key)().z_star
 
 
+def test_deconvolution_is_for_the_recorded_histogram_only():
+    with pytest.raises(ValueError, match="likelihood=False"):
+        ShapePrior(deconvolve=True)
+    old = ShapePrior(likelihood=False, deconvolve=True).to_dict()
+    del old["likelihood"], old["streams"]  # a deconvolving prior saved before the streams
+    restored = ShapePrior.from_dict(old)
+    assert restored.deconvolve and not restored.likelihood
+
+
 def test_the_cost_prior_keeps_no_streams():
     rng = np.random.default_rng(5)
     prior = CostShapePrior()

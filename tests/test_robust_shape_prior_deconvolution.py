@@ -133,9 +133,10 @@ def test_deconvolved_tables_deliver_a_low_target_on_gumbel_prompts():
 
 def test_deconvolution_is_opt_in_and_survives_a_round_trip():
     assert ShapePrior().deconvolve is False
-    prior = ShapePrior(deconvolve=True)
+    prior = ShapePrior(likelihood=False, deconvolve=True)
     assert prior.update(np.random.default_rng(0).normal(size=40))
     assert ShapePrior.from_dict(prior.to_dict()).deconvolve is True
     legacy = prior.to_dict()
-    del legacy["deconvolve"]  # a state saved before the option existed
-    assert ShapePrior.from_dict(legacy).deconvolve is False
+    del legacy["deconvolve"], legacy["likelihood"], legacy["streams"]  # before both options
+    restored = ShapePrior.from_dict(legacy)
+    assert restored.deconvolve is False and restored.likelihood is True

@@ -181,6 +181,8 @@ class ShapePrior:
             raise ValueError("need 0 < alpha < 1, rebuild_growth >= 1 and min_rewards >= 2")
         if self.max_tables < 1:
             raise ValueError(f"max_tables must be >= 1, got {self.max_tables}")
+        if self.likelihood and self.deconvolve:
+            raise ValueError("deconvolve applies to the recorded histogram: pass likelihood=False")
         self.z_counts = np.array(self.z_counts, dtype=np.float64)
         self.s_counts = np.array(self.s_counts, dtype=np.float64)
         self.streams = _streams_of(self.streams)
@@ -248,14 +250,16 @@ class ShapePrior:
         """
         z = _histogram(data.get("z_counts", {}), Z_BINS, "z_counts")
         s = _histogram(data.get("s_counts", {}), S_BINS, "s_counts")
-        likelihood = data.get("likelihood", cls.__dataclass_fields__["likelihood"].default)
+        deconvolve = bool(data.get("deconvolve", False))
+        default = cls.__dataclass_fields__["likelihood"].default and not deconvolve
+        likelihood = data.get("likelihood", default)
         return cls(
             min_rewards=int(data.get("min_rewards", 4)),
             rebuild_growth=float(data.get("rebuild_growth", 2.0)),
             alpha=float(data.get("alpha", 0.99)),
             requests=int(data.get("requests", 0)),
             likelihood=bool(likelihood),
-            deconvolve=bool(data.get("deconvolve", False)),
+            deconvolve=deconvolve,
             z_counts=z,
             s_counts=s,
             streams=data.get("streams", []),
@@ -330,7 +334,7 @@ class ShapePrior:
             if len(streams) >= LIKELIHOOD_MIN_STREAMS:
                 fitted = fit_shape(streams, Z_EDGES)
                 if fitted is not None:
-                    shape, options["deconvolve"] = fitted, False
+                    shape = fitted
             return build_table(
                 shape, s_counts, target, alpha, min_samples, horizon, requests, **options
             )
