@@ -223,6 +223,30 @@ def test_prior_survives_a_restart(fake_upstream, tmp_path):
     assert not list(tmp_path.glob(".priors.json.*"))  # no temp file left behind
 
 
+def test_target_prior_keeps_the_streams_it_learns_from_across_a_restart(fake_upstream, tmp_path):
+    """Target requests over HTTP: the default target prior keeps each request's rewards (what
+    the likelihood shape is fitted to), the state file carries them, and a restarted gateway
+    restores them and keeps appending."""
+    state = tmp_path / "priors.json"
+    seen: list[list[float]] = []
+    for round_ in range(2):
+        server = start_gateway(fake_upstream, FakeReward(), prior_state_file=state, max_samples=12)
+        try:
+            with httpx.Client(base_url=server.url, timeout=20) as client:
+                for i in range(3):
+                    request = body("gen", seed=10 * round_ + i, pandora={"mode": "target"})
+                    assert client.post(URL, json=request).status_code == 200
+            prior = server.server.config.app.state.priors.get("gen", "target")
+            assert prior.likelihood and prior.streams[: len(seen)] == seen
+            seen = [list(stream) for stream in prior.streams]
+        finally:
+            server.stop()
+        assert len(seen) == 3 * (round_ + 1)
+        assert all(4 <= len(stream) <= 12 for stream in seen)
+        (entry,) = json.loads(state.read_text())["priors"]
+        assert entry["mode"] == "target" and entry["state"]["streams"] == seen
+
+
 def test_unreadable_state_starts_fresh_with_one_warning(fake_upstream, tmp_path, caplog):
     state = tmp_path / "priors.json"
     stale = {
