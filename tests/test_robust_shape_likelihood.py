@@ -160,3 +160,24 @@ def test_the_cost_prior_keeps_no_streams():
     assert prior.streams == [] and not prior.likelihood
     restored = CostShapePrior.from_dict(json.loads(json.dumps(prior.to_dict())))
     assert restored.streams == [] and not restored.likelihood
+
+
+def test_table_keys_built_at_one_request_count_share_one_fit(monkeypatch):
+    calls = []
+    real = sp.fit_shape
+
+    def counting(streams, edges):
+        calls.append(len(streams))
+        return real(streams, edges)
+
+    monkeypatch.setattr(sp, "fit_shape", counting)
+    rng = np.random.default_rng(6)
+    prior = ShapePrior()
+    for _ in range(12):
+        prior.update(gumbel_z(rng, 30))
+    for target in (0.7, 0.8, 0.9):
+        prior.prepare(prior.table_key(target, min_samples=8, horizon=128))()
+    assert calls == [12]
+    prior.update(gumbel_z(rng, 30))
+    prior.prepare(prior.table_key(0.9, min_samples=8, horizon=128))()
+    assert calls == [12, 13]

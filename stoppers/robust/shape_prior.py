@@ -173,6 +173,9 @@ class ShapePrior:
     _tables: OrderedDict[TableKey, StopTable] = field(
         default_factory=OrderedDict, repr=False, compare=False
     )
+    # the likelihood shape of the newest build, by the request count it was fitted at: every
+    # table key built at that count shares one fit (not persisted)
+    _fitted: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.z_counts) != Z_BINS or len(self.s_counts) != S_BINS:
@@ -319,8 +322,10 @@ class ShapePrior:
 
     def prepare(self, key: TableKey) -> Callable[[], StopTable]:
         """A build of ``key``'s table on a snapshot of the evidence now (copies of the
-        histograms): the returned function touches nothing of this prior, so it may run on
-        another thread while :meth:`update` goes on. Put its result back with :meth:`install`.
+        histograms, the kept streams): the returned function touches nothing of this prior but
+        its one-entry cache of the fitted shape (replaced whole; builds run one at a time), so it
+        may run on another thread while :meth:`update` goes on. Put its result back with
+        :meth:`install`.
         """
         if self.requests == 0:
             raise ValueError("an empty prior has no table to build")
@@ -329,10 +334,17 @@ class ShapePrior:
         options = {"min_rewards": self.min_rewards, "deconvolve": self.deconvolve}
         streams = list(self.streams) if self.likelihood else []  # kept streams never change
 
+        fitted_cache = self._fitted
+
         def build() -> StopTable:
             shape = z_counts
             if len(streams) >= LIKELIHOOD_MIN_STREAMS:
-                fitted = fit_shape(streams, Z_EDGES)
+                fitted = fitted_cache.get(requests)
+                if fitted is None:
+                    fitted = fit_shape(streams, Z_EDGES)
+                    if fitted is not None:
+                        fitted_cache.clear()
+                        fitted_cache[requests] = fitted
                 if fitted is not None:
                     shape = fitted
             return build_table(
