@@ -152,7 +152,7 @@ class ShapePrior:
     ``streams``: the kept streams (lists of floats, oldest first); persisted.
     ``max_tables``: stop tables kept (LRU; not persisted).
     ``schedule_build``: None (default) - :meth:`table` builds a missing or stale table itself,
-    blocking for ~0.1-0.3 s. A callable ``(prior, key)`` - :meth:`table` never builds; it
+    blocking for ~0.05-0.7 s. A callable ``(prior, key)`` - :meth:`table` never builds; it
     returns the newest cached table (or None) and calls the hook when the key's table is
     missing or stale (the gateway runs the build on a worker thread). Not persisted.
     """
@@ -164,8 +164,8 @@ class ShapePrior:
     likelihood: bool = True
     deconvolve: bool = False
     z_counts: Any = field(default_factory=lambda: np.zeros(Z_BINS), repr=False)
-    streams: list[list[float]] = field(default_factory=list, repr=False)
     s_counts: Any = field(default_factory=lambda: np.zeros(S_BINS), repr=False)
+    streams: list[list[float]] = field(default_factory=list, repr=False)
     max_tables: int = field(default=MAX_TABLES, repr=False, compare=False)
     schedule_build: Callable[[ShapePrior, TableKey], None] | None = field(
         default=None, repr=False, compare=False
