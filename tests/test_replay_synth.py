@@ -53,3 +53,28 @@ def test_bad_spec_is_rejected() -> None:
         SynthSpec(family="cauchy")
     with pytest.raises(ValueError):
         SynthSpec(samples=1)
+
+
+@pytest.mark.parametrize("family", ["lognormal", "logistic"])
+def test_held_out_families_are_standardised(family: str) -> None:
+    from stoppers.replay.synth import _standard_draws
+
+    z = _standard_draws(family, 400_000, np.random.default_rng(3))
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1.0) < 0.01
+    skew = float(np.mean(z**3))
+    assert (skew > 1.0) if family == "lognormal" else (abs(skew) < 0.05)
+
+
+def test_later_families_leave_earlier_pools_unchanged() -> None:
+    """``mixed`` draws its per-prompt families from the original seven only, so a pool made
+    before lognormal / logistic existed reproduces from its seed."""
+    out = generate(SynthSpec(family="mixed", prompts=200, samples=5, seed=0))
+    assert set(out["family"]) <= {
+        "normal",
+        "gumbel",
+        "skew-normal",
+        "student-t",
+        "mixture",
+        "exponential",
+        "clipped",
+    }

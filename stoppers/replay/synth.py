@@ -20,7 +20,12 @@ Families (``z``):
 * ``exponential`` — Exp(1) - 1 (the paper's worked example of a known family);
 * ``clipped`` — Gaussian clipped to ``[-bound, bound]`` and rounded to ``resolution``: bounded,
   heavily tied at the lower bound like the judge-logit pool (51% of its entries sit at a clip);
-* ``mixed`` — each prompt picks one of the above at random.
+* ``mixed`` — each prompt picks one of the above at random;
+* ``lognormal`` — exp(N(0, 0.5)): right-skewed with a tail heavier than any exponential;
+* ``logistic`` — symmetric, exponential tails (kurtosis 4.2).
+
+``lognormal`` and ``logistic`` came later (2026-11-25) as families no policy was tuned on; they
+are not among ``mixed``'s choices, so every earlier pool reproduces from its seed.
 
 The result is reproducible from ``seed`` alone (numpy ``default_rng``).
 """
@@ -43,10 +48,12 @@ _BASE_FAMILIES = (
     "exponential",
     "clipped",
 )
-FAMILIES = (*_BASE_FAMILIES, "mixed")
+_HELD_OUT_FAMILIES = ("lognormal", "logistic")  # not in "mixed": earlier pools reproduce
+FAMILIES = (*_BASE_FAMILIES, "mixed", *_HELD_OUT_FAMILIES)
 
 _SKEW_SHAPE = 4.0
 _T_DF = 3.0
+_LOGNORMAL_SIGMA = 0.5
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,12 @@ def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         return raw / math.sqrt(_T_DF / (_T_DF - 2.0))
     if family == "exponential":
         return rng.exponential(1.0, size) - 1.0
+    if family == "lognormal":
+        w = math.exp(_LOGNORMAL_SIGMA**2)
+        mean, sd = math.sqrt(w), math.sqrt((w - 1.0) * w)
+        return (rng.lognormal(0.0, _LOGNORMAL_SIGMA, size) - mean) / sd
+    if family == "logistic":
+        return rng.logistic(0.0, 1.0, size) / (math.pi / math.sqrt(3.0))
     if family == "mixture":
         weight = rng.uniform(0.1, 0.4)
         good = rng.random(size) < weight
