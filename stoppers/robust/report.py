@@ -24,9 +24,12 @@ FAMILIES = (
     "exponential",
     "clipped",
     "mixed",
+    "lognormal",
+    "logistic",
     "pool",
 )
-HELD_OUT = {"skew-normal", "exponential", "clipped", "mixed"}
+# never looked at while the cost policies were tuned (lognormal, logistic: added 2026-11-25)
+HELD_OUT = {"skew-normal", "exponential", "clipped", "mixed", "lognormal", "logistic"}
 COSTS = (0.001, 0.0001)
 
 
