@@ -89,7 +89,7 @@ class PoolShapeOracle(ShapePrior):
         z = (rows - rows.mean(axis=1, keepdims=True)) / sd[:, None]
         z_counts = np.bincount(_z_bin(z.ravel()), minlength=Z_BINS).astype(np.float64)
         s_counts = np.bincount(_s_bin(np.log(sd)), minlength=S_BINS).astype(np.float64)
-        return partial(cls, oracle_z=z_counts, oracle_s=s_counts)
+        return partial(cls, likelihood=False, oracle_z=z_counts, oracle_s=s_counts)  # no streams
 
     def prepare(self, key: TableKey) -> Callable[[], StopTable]:
         if self.requests == 0:
