@@ -44,7 +44,16 @@ from stoppers.robust.cost import TailPandora
 from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
-from stoppers.robust.shape_prior import S_BINS, S_HI, S_LO, Z_BINS, Z_HI, Z_LO, ShapePrior
+from stoppers.robust.shape_prior import (
+    S_BINS,
+    S_HI,
+    S_LO,
+    Z_BINS,
+    Z_HI,
+    Z_LO,
+    ShapePrior,
+    _s_bin,
+)
 from stoppers.robust.tracker import BestTies
 
 __all__ = ["CostShape", "CostShapePrior", "LearnedShapeCost", "ShapePandora", "cost_shape_prior"]
@@ -175,8 +184,7 @@ class CostShapePrior(ShapePrior):
         sd = float(x.std(ddof=1))
         if not sd > 0.0:
             return False
-        j = int(np.clip((math.log(sd) - S_LO) / (S_HI - S_LO) * S_BINS, 0, S_BINS - 1))
-        self.s_counts[j] += 1.0
+        self.s_counts[_s_bin(np.array([math.log(sd)]))[0]] += 1.0
         self.requests += 1
         return True
 
