@@ -176,6 +176,12 @@ def run_one(
     return out
 
 
+def _report(directory: Path, pool: str, policy: str) -> dict | None:
+    """What ``run`` wrote for (pool, policy), None if it was not run."""
+    path = directory / f"{pool}-{policy}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def _nanmean(values: np.ndarray) -> float | None:
     """Mean over the prompts that have a value (None if none: e.g. no warm position)."""
     kept = values[~np.isnan(values)]
@@ -199,10 +205,9 @@ def render_table(directory: Path, pools: list[str]) -> str:
     ]
     for pool in pools:
         for policy in POLICIES:
-            path = directory / f"{pool}-{policy}.json"
-            if not path.exists():
+            data = _report(directory, pool, policy)
+            if data is None:
                 continue
-            data = json.loads(path.read_text())
             rows = data["rows"]
             parts = [("all", "")]
             if policy in POOLED:
@@ -238,10 +243,9 @@ def render_spread_table(directory: Path, pools: list[str]) -> str:
 
     for pool in pools:
         for policy in POLICIES:
-            path = directory / f"{pool}-{policy}.json"
-            if not path.exists():
+            data = _report(directory, pool, policy)
+            if data is None:
                 continue
-            data = json.loads(path.read_text())
             rows, part = data["rows"], "warm" if policy in POOLED else "all"
             if cell(rows, 0.9, part, "mean_acceptance") is None:
                 continue  # written before the per-spread figures were recorded
@@ -278,10 +282,10 @@ def write_figure(directory: Path, pools: list[str], path: Path) -> Path:
         ax.plot([0.65, 1.0], [0.65, 1.0], color="0.6", lw=0.8)
         ax.fill_between([0.65, 1.0], [0.62, 0.97], [0.68, 1.03], color="0.9")
         for policy, part, color, label in styles:
-            path_in = directory / f"{pool}-{policy}.json"
-            if not path_in.exists():
+            data = _report(directory, pool, policy)
+            if data is None:
                 continue
-            rows = json.loads(path_in.read_text())["rows"]
+            rows = data["rows"]
             ys = [rows[str(t)][part]["achieved_acceptance"] for t in TARGETS]
             ax.plot(TARGETS, ys, "o-", color=color, ms=3, lw=1, label=label)
         ax.set_title(pool, fontsize=8)
