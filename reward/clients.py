@@ -8,11 +8,11 @@ translated here and nowhere else. No torch, no transformers.
 
 from __future__ import annotations
 
-import asyncio
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import anyio
 import httpx
 
 from reward.base import RewardError
@@ -152,13 +152,22 @@ class VLLMRewardClient(_HTTPBackend):
         if not responses:
             return []
         prompt = [dict(m) for m in messages]
-        tasks = [asyncio.create_task(self._score_one(prompt, reply)) for reply in responses]
+        scores = [math.nan] * len(responses)
+
+        async def score_one(i: int) -> None:
+            scores[i] = await self._score_one(prompt, responses[i])
+
+        # One failure fails the call: the task group stops and reaps the other requests. It
+        # cancels them through its cancel scope, which httpx's shielded connection cleanup
+        # holds off; a native Task.cancel() does not, and can leave a pooled connection
+        # counted as busy for good (encode/httpcore#1115), until the pool is exhausted.
         try:
-            return list(await asyncio.gather(*tasks))
-        finally:  # one failure fails the call: stop and reap the other requests, leak nothing
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            async with anyio.create_task_group() as group:
+                for i in range(len(responses)):
+                    group.start_soon(score_one, i)
+        except BaseExceptionGroup as group_error:
+            raise _first_error(group_error) from None
+        return scores
 
     async def _score_one(self, prompt: list[dict[str, Any]], response: str) -> float:
         payload: dict[str, Any] = {
@@ -204,3 +213,18 @@ def _error_message(response: httpx.Response) -> str:
             if body.get(key):
                 return str(body[key])
     return str(body)[:200]
+
+
+def _first_error(group: BaseExceptionGroup) -> BaseException:
+    """The error that failed a concurrent call (a task group wraps its children's errors):
+    the first RewardError, else the first error of any kind."""
+    errors = list(_leaves(group))
+    return next((e for e in errors if isinstance(e, RewardError)), errors[0])
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error

@@ -14,7 +14,6 @@ rewards in the order they were scored.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import re
@@ -22,6 +21,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import anyio
 
 from reward.base import RewardBackend, RewardError
 from server.candidate import Candidate, CandidateBuilder
@@ -35,6 +36,7 @@ from server.errors import (
 from server.metrics import GatewayMetrics
 from server.policies import PolicyFactory, accepts_prior
 from server.priors import PriorStore, prior_mode_for
+from server.scoped_tasks import ScopedTask, cancel_all, run_scoped
 from server.upstream import UpstreamClient, UpstreamFailure
 
 __all__ = ["Sampler", "SamplingOutcome"]
@@ -103,7 +105,7 @@ class Sampler:
     ) -> SamplingOutcome:
         run = _Run(self, messages, body, plan)
         try:
-            async with asyncio.timeout(deadline):
+            with anyio.fail_after(deadline):  # not asyncio.timeout: see server.scoped_tasks
                 await run.loop()
         except TimeoutError:
             run.timed_out = True
@@ -120,8 +122,11 @@ class Sampler:
     ) -> list[float]:
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self.reward_timeout):
-                rewards = await self.reward.score(messages, [c.scoring_text() for c in candidates])
+            with anyio.fail_after(self.reward_timeout):
+                # A reward client's pool must not be cut mid-cleanup when this request is
+                # cancelled (timeout, client gone): see server.scoped_tasks.
+                texts = [c.scoring_text() for c in candidates]
+                rewards = await run_scoped(self.reward.score(messages, texts))
         except RewardError as exc:
             log.warning("reward backend failed: %s", exc)  # the full detail, for operators
             message = _URL.sub("<reward backend>", str(exc))
@@ -140,6 +145,9 @@ class Sampler:
         if not all(math.isfinite(r) for r in values):
             raise RewardUnavailableError("reward backend returned a non-finite score")
         return values
+
+
+_Flight = tuple[ScopedTask[Candidate], CandidateBuilder]
 
 
 class _Run:
@@ -165,7 +173,8 @@ class _Run:
         else:
             self.prior = None
             self.policy = sampler.policy_factory(plan)
-        self.in_flight: dict[asyncio.Task[Candidate], CandidateBuilder] = {}
+        # Candidates still generating, by task; cancelled through their scopes (scoped_tasks).
+        self.in_flight: dict[asyncio.Task[Candidate], _Flight] = {}
         self.scored: list[Candidate] = []
         self.rewards: list[float] = []
         self.launched = 0
@@ -209,13 +218,13 @@ class _Run:
         if isinstance(body.get("seed"), int):
             body["seed"] = body["seed"] + index
         builder = CandidateBuilder(index)
-        task = asyncio.create_task(self.sampler.upstream.generate(body, builder))
-        self.in_flight[task] = builder
+        scoped = ScopedTask(self.sampler.upstream.generate(body, builder))
+        self.in_flight[scoped.task] = (scoped, builder)
         self.sampler.metrics.inflight_candidates.inc()
 
     def _harvest(self, done: set[asyncio.Task[Candidate]]) -> list[Candidate]:
         finished: list[Candidate] = []
-        for task in sorted(done, key=lambda t: self.in_flight[t].index):
+        for task in sorted(done, key=lambda t: self.in_flight[t][1].index):
             self.in_flight.pop(task)
             self.sampler.metrics.inflight_candidates.dec()
             error = task.exception()
@@ -255,21 +264,19 @@ class _Run:
         """Cancel every candidate still generating; closing its stream aborts it upstream."""
         if not self.in_flight:
             return
-        tasks = list(self.in_flight)
-        for task in tasks:
-            task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for task in tasks:
-            builder = self.in_flight.pop(task)
-            self.sampler.metrics.inflight_candidates.dec()
-            if task.cancelled() or task.exception() is not None:
+        flights = list(self.in_flight.items())
+        try:
+            await cancel_all(scoped for _, (scoped, _) in flights)
+        finally:  # every task has finished by now, even when this request is being cancelled
+            for task, (_, builder) in flights:
+                del self.in_flight[task]
+                self.sampler.metrics.inflight_candidates.dec()
                 self.cancelled += 1
-                self.cancelled_completion_tokens += builder.completion_tokens
-            else:  # finished in the same instant: its work was done, count it as cancelled too
-                self.cancelled += 1
-                self.cancelled_completion_tokens += task.result().completion_tokens
-        self.sampler.metrics.candidate("cancelled", len(tasks))
+                if task.cancelled() or task.exception() is not None:
+                    self.cancelled_completion_tokens += builder.completion_tokens
+                else:  # finished in the same instant: its work was done, count it as cancelled
+                    self.cancelled_completion_tokens += task.result().completion_tokens
+            self.sampler.metrics.candidate("cancelled", len(flights))
 
     # -- the result ---------------------------------------------------------------------------
     def outcome(self) -> SamplingOutcome:

@@ -21,6 +21,7 @@ import httpx
 
 from server.candidate import Candidate, CandidateBuilder
 from server.lean_http import LeanPool, LeanResponse, LeanTransportError
+from server.scoped_tasks import ScopedTask, cancel_all, run_scoped
 
 __all__ = ["UpstreamClient", "UpstreamFailure"]
 
@@ -202,11 +203,43 @@ class UpstreamClient:
 
     # -- pass-through (mode off) and the small endpoints ---------------------------------
     async def send(self, request: httpx.Request, *, stream: bool) -> httpx.Response:
-        """Send a prepared request; transport errors become UpstreamFailure."""
+        """Send a prepared request; transport errors become UpstreamFailure.
+
+        The exchange runs in a :class:`ScopedTask`, so a caller cancelled natively (a client
+        that leaves) cancels it through a scope: a native cancel landing mid-connect or
+        mid-close would strand a pooled connection (server.scoped_tasks). A streamed response
+        that arrived just as the caller was cancelled is closed, not dropped open.
+        """
+        scoped = ScopedTask(next(self._turn).send(request, stream=stream))
         try:
-            return await next(self._turn).send(request, stream=stream)
+            return await asyncio.shield(scoped.task)
         except httpx.HTTPError as exc:
             raise _transport_failure(exc) from None
+        except asyncio.CancelledError:
+            await cancel_all([scoped])
+            if not scoped.task.cancelled() and scoped.task.exception() is None:
+                await self.close(scoped.task.result())
+            raise
+
+    @staticmethod
+    async def raw_chunks(response: httpx.Response | LeanResponse) -> AsyncIterator[bytes]:
+        """A streamed body as it arrives, left open at its end for :meth:`close`.
+
+        httpx's ``aiter_raw`` closes the response itself when the body ends, in the reader's
+        task, where a native cancel (the client leaving) would strand the connection; its
+        ``stream`` is the same bytes without that close. Errors are ``httpx.HTTPError``s.
+        """
+        chunks = response.stream if isinstance(response, httpx.Response) else response.aiter_raw()
+        async for chunk in chunks:  # type: ignore[union-attr]
+            yield chunk
+
+    @staticmethod
+    async def close(response: httpx.Response | LeanResponse) -> None:
+        """Close a response whatever happens to the caller meanwhile (see :meth:`send`)."""
+        if isinstance(response, httpx.Response):
+            await run_scoped(response.aclose())
+        else:
+            await response.aclose()  # the lean client's close does not wait on anything
 
     async def passthrough(self, body: bytes, *, stream: bool) -> httpx.Response | LeanResponse:
         """POST ``body`` to ``/chat/completions`` unchanged (mode off). The answer has

@@ -390,7 +390,7 @@ async def _passthrough(
         raw_bytes = json.dumps({k: v for k, v in data.items() if k != "pandora"}).encode()
     try:
         response = await _until_disconnect(
-            receive, upstream.passthrough(raw_bytes, stream=chat.stream), discard=_close_response
+            receive, upstream.passthrough(raw_bytes, stream=chat.stream), discard=upstream.close
         )
     except UpstreamFailure as failure:
         state.metrics.upstream_error(failure.kind)
@@ -399,28 +399,24 @@ async def _passthrough(
     media_type = response.headers.get("content-type", "application/json")
     if not chat.stream or response.status_code != 200:
         content = upstream.redact(await response.aread())  # no upstream key echoed back
-        await response.aclose()
+        await upstream.close(response)
         record.finish(response.status_code)
         return RawResponse(content, response.status_code, media_type, headers)
 
     async def relay() -> AsyncIterator[bytes]:
         status = CLIENT_CLOSED
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in upstream.raw_chunks(response):
                 yield upstream.redact(chunk)  # (a key split across two reads is not caught)
             status = 200
         except httpx.HTTPError:
             state.metrics.upstream_error("protocol")
             status = 502
         finally:
-            await response.aclose()
+            await upstream.close(response)  # the writer may be cancelled mid-close
             record.finish(status)
 
     return EventStreamResponse(relay(), headers=headers, media_type=media_type)
-
-
-async def _close_response(response: httpx.Response) -> None:
-    await response.aclose()
 
 
 # -- cancellation helpers -----------------------------------------------------------------------
