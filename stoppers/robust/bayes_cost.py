@@ -87,7 +87,9 @@ class BayesShapePandora(LearnedShapeCost):
         horizon: int = DEFAULT_HORIZON,
         table: CostTable | None = None,
     ) -> None:
-        super().__init__(cost, alpha=alpha, min_samples=min_samples, max_samples=max_samples)
+        super().__init__(
+            cost, alpha=alpha, min_samples=min_samples, max_samples=max_samples, prior=prior
+        )
         if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 3:
             raise ValueError(f"horizon must be an integer >= 3, got {horizon!r}")
         if table is not None and table.cost != self.cost:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 from stoppers.base import StoppingPolicy
+from stoppers.robust.ceiling import ceiling_of
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.shape_prior import ShapePrior, StopTable
 from stoppers.robust.target import TailTargetAcceptance
@@ -80,6 +81,7 @@ class PooledTargetAcceptance(StoppingPolicy):
         self._m2 = 0.0
         self._scale = math.nan
         self._ties = BestTies()
+        self._ceiling = ceiling_of(prior)
 
     deployment_prior = ShapePrior  # what sequential replay / the gateway keeps for this policy
 
@@ -104,6 +106,8 @@ class PooledTargetAcceptance(StoppingPolicy):
         return self._mean + self._scale * self._table.threshold(log_s, self._n)
 
     def _decide(self, reward: float) -> str | None:
+        if self._best == self._ceiling and self._n >= self.min_samples:
+            return "ceiling"  # the top of the deployment's reward scale: nothing can beat it
         if self._fallback is not None:
             return self._fallback.stop_reason if self._fallback.observe(reward) else None
         n = self._n

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from stoppers.base import StoppingPolicy
+from stoppers.robust.ceiling import ceiling_of
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.policy import _default_min_samples
@@ -179,6 +180,7 @@ class CostShapePrior(ShapePrior):
                     self.bin_requests += 1
                     self.bin_draws += z.size
             return learned
+        self.ceiling.note(x)  # (super().update notes the longer requests)
         if x.size < SCALE_MIN_REWARDS:
             return False
         sd = float(x.std(ddof=1))
@@ -307,7 +309,8 @@ class LearnedShapeCost(StoppingPolicy):
     :class:`~stoppers.robust.bayes_cost.BayesShapePandora`): argument checks, the
     :class:`TailPandora` cold start, shifted running sums of the rewards and the ceiling rule.
     Subclasses decide when warm in :meth:`_warm_decide`; they call :meth:`_start_cold` when
-    their prior is not (yet) trusted."""
+    their prior is not (yet) trusted. A best at the prior's established ceiling
+    (:mod:`stoppers.robust.ceiling`) stops, warm or cold."""
 
     # replay --deployment: how to make a fresh prior per simulated deployment
     deployment_prior = staticmethod(cost_shape_prior)
@@ -319,6 +322,7 @@ class LearnedShapeCost(StoppingPolicy):
         alpha: float,
         min_samples: int | None,
         max_samples: int | None,
+        prior: object = None,
     ) -> None:
         super().__init__(max_samples=max_samples)
         cost = float(cost)
@@ -332,6 +336,7 @@ class LearnedShapeCost(StoppingPolicy):
         self._cold: TailPandora | None = None
         self._shift = 0.0  # first reward: sums of shifted rewards keep the variance exact
         self._ties = BestTies()
+        self._ceiling = ceiling_of(prior)
         self._sum = 0.0
         self._sum_sq = 0.0
 
@@ -355,6 +360,8 @@ class LearnedShapeCost(StoppingPolicy):
         return mean, (self._sum_sq - n * mean * mean) / (n - 1)
 
     def _decide(self, reward: float) -> str | None:
+        if self._best == self._ceiling and self._n >= self.min_samples:
+            return "ceiling"  # the top of the deployment's reward scale: nothing can beat it
         cold = self._cold
         if cold is not None:
             stop = cold.observe(reward)
@@ -403,7 +410,9 @@ class ShapePandora(LearnedShapeCost):
         warm_requests: int = WARM_REQUESTS,
         inflation: float = INFLATION,
     ) -> None:
-        super().__init__(cost, alpha=alpha, min_samples=min_samples, max_samples=max_samples)
+        super().__init__(
+            cost, alpha=alpha, min_samples=min_samples, max_samples=max_samples, prior=prior
+        )
         if not (inflation > 0.0 and math.isfinite(inflation)):
             raise ValueError(f"inflation must be finite and > 0, got {inflation!r}")
         self.inflation = float(inflation)

@@ -75,6 +75,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
+from stoppers.robust.ceiling import RewardCeiling
 from stoppers.robust.shape_likelihood import fit_shape
 
 __all__ = ["MAX_TABLES", "ShapePrior", "StopTable", "TableKey"]
@@ -150,6 +151,8 @@ class ShapePrior:
     building a table (:func:`build_table`). Opt-in: more target cells within 0.03 than the
     recorded histogram but fewer samples saved (README, "Target mode on a deployment").
     ``streams``: the kept streams (lists of floats, oldest first); persisted.
+    ``ceiling``: the top of the reward scale once requests keep reaching it exactly
+    (:mod:`stoppers.robust.ceiling`; learned from every request offered, persisted).
     ``max_tables``: stop tables kept (LRU; not persisted).
     ``schedule_build``: None (default) - :meth:`table` builds a missing or stale table itself,
     blocking for ~0.05-0.7 s. A callable ``(prior, key)`` - :meth:`table` never builds; it
@@ -166,6 +169,7 @@ class ShapePrior:
     z_counts: Any = field(default_factory=lambda: np.zeros(Z_BINS), repr=False)
     s_counts: Any = field(default_factory=lambda: np.zeros(S_BINS), repr=False)
     streams: list[list[float]] = field(default_factory=list, repr=False)
+    ceiling: RewardCeiling = field(default_factory=RewardCeiling)  # persisted
     max_tables: int = field(default=MAX_TABLES, repr=False, compare=False)
     schedule_build: Callable[[ShapePrior, TableKey], None] | None = field(
         default=None, repr=False, compare=False
@@ -194,6 +198,8 @@ class ShapePrior:
     def update(self, rewards: Any) -> bool:
         """Learn from one finished request's observed rewards (observation order)."""
         x = np.asarray(rewards, dtype=np.float64)
+        if x.ndim == 1:
+            self.ceiling.note(x)  # from every request: one all tied at the top says most
         if x.ndim != 1 or x.size < self.min_rewards or not np.all(np.isfinite(x)):
             return False
         sd = float(x.std(ddof=1))
@@ -242,6 +248,7 @@ class ShapePrior:
             "z_counts": {str(i): float(c) for i, c in enumerate(self.z_counts) if c},
             "s_counts": {str(i): float(c) for i, c in enumerate(self.s_counts) if c},
             "streams": [list(stream) for stream in self.streams],
+            "ceiling": self.ceiling.to_dict(),
         }
 
     @classmethod
@@ -266,6 +273,7 @@ class ShapePrior:
             z_counts=z,
             s_counts=s,
             streams=data.get("streams", []),
+            ceiling=RewardCeiling.from_dict(data.get("ceiling")),
         )
 
     # -- what the policy reads -----------------------------------------------------------------
