@@ -459,3 +459,46 @@ def test_default_cost_policy_learns_the_shape_through_the_gateway(fake_upstream)
             assert server.metric(policies, mode="target", shape="learned") == 0
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "target"])
+def test_a_bounded_reward_scale_stops_requests_at_its_top_across_a_restart(
+    fake_upstream, tmp_path, mode
+):
+    """A reward model whose scores saturate (the fake's uniform qualities capped at 0.6: 40% of
+    responses score exactly the top): once 3 requests have reached 0.6 the deployment knows it
+    is the top of the scale, and later requests whose best is 0.6 stop once min_samples are in,
+    reason "ceiling" - in both modes, and after a restart from the state file."""
+    state = tmp_path / "priors.json"
+    reward = FakeReward(scorer=lambda text: min(quality_of(text, 0.5), 0.6))
+    control = {"mode": "target"} if mode == "target" else {}
+    reasons: list[list[str]] = []
+    for round_ in range(2):
+        server = start_gateway(
+            fake_upstream, reward, prior_state_file=state, max_samples=32, min_samples=8
+        )
+        try:
+            with httpx.Client(base_url=server.url, timeout=30) as client:
+                seen = []
+                for i in range(6):
+                    request = body("gen", seed=1000 * round_ + 40 * i, pandora=control)
+                    response = client.post(URL, json=request)
+                    assert response.status_code == 200
+                    pandora = response.json()["pandora"]
+                    seen.append(pandora["stop_reason"])
+                    if pandora["stop_reason"] == "ceiling":
+                        # (candidates scored in the same batch as the stopping one count too)
+                        assert 8 <= pandora["samples"] < 32 and max(pandora["rewards"]) == 0.6
+                        assert response.headers["X-Pandora-Stop-Reason"] == "ceiling"
+                reasons.append(seen)
+            assert server.metric("pandora_stop_reason_total", reason="ceiling") == seen.count(
+                "ceiling"
+            )
+        finally:
+            server.stop()
+    first, restarted = reasons
+    assert "ceiling" not in first[:3]  # three requests must reach the top first
+    assert first[3:].count("ceiling") >= 2  # P(no 0.6 in 8 draws) = 0.6^8 ~ 1.7%
+    assert restarted.count("ceiling") >= 4  # > 3: restored, not relearned after the restart
+    (entry,) = json.loads(state.read_text())["priors"]
+    assert entry["state"]["ceiling"]["top"] == 0.6 and entry["state"]["ceiling"]["requests"] >= 3
