@@ -43,11 +43,33 @@ class _HTTPBackend:
             ),
         )
 
+    async def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """One whole exchange (body read, response closed) in a task of its own.
+
+        httpcore closes a response inside anyio shielded scopes, which a native
+        ``Task.cancel()`` of the caller (a request deadline, a client that hangs up) goes
+        straight through: the pooled connection then stays counted as busy for good
+        (encode/httpcore#1115), and this pool is bounded. In a task group the caller's
+        cancellation reaches the exchange through the group's cancel scope, which waits for
+        the shields.
+        """
+        responses: list[httpx.Response] = []
+
+        async def exchange() -> None:
+            responses.append(await self._client.request(method, url, **kwargs))
+
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(exchange)
+        except BaseExceptionGroup as group_error:
+            raise _first_error(group_error) from None
+        return responses[0]
+
     async def _post(self, path: str, payload: Mapping[str, Any]) -> Any:
         url = f"{self.base_url}{path}"
         try:
-            response = await self._client.post(
-                url, json=payload, headers=self._headers, timeout=self.timeout
+            response = await self._request(
+                "POST", url, json=payload, headers=self._headers, timeout=self.timeout
             )
         except httpx.TimeoutException as exc:
             raise RewardError(f"reward backend {url} timed out after {self.timeout:g}s") from exc
@@ -70,14 +92,14 @@ class _HTTPBackend:
         """True when ``GET /health`` answers 2xx and, with an API key, the key is accepted."""
         timeout = min(self.timeout, 5.0)
         try:
-            response = await self._client.get(
-                f"{self.base_url}/health", headers=self._headers, timeout=timeout
+            response = await self._request(
+                "GET", f"{self.base_url}/health", headers=self._headers, timeout=timeout
             )
             if not response.is_success:
                 return False
             if self._headers and self._auth_probe is not None:
                 method, path, payload = self._auth_probe
-                probe = await self._client.request(
+                probe = await self._request(
                     method,
                     f"{self.base_url}{path}",
                     json=payload,
@@ -216,8 +238,8 @@ def _error_message(response: httpx.Response) -> str:
 
 
 def _first_error(group: BaseExceptionGroup) -> BaseException:
-    """The error that failed a concurrent call (a task group wraps its children's errors):
-    the first RewardError, else the first error of any kind."""
+    """The error that failed a task group (it wraps its children's errors): the first
+    RewardError, else the first error of any kind."""
     errors = list(_leaves(group))
     return next((e for e in errors if isinstance(e, RewardError)), errors[0])
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-import anyio
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -48,7 +47,7 @@ async def ready(state: State) -> JSONResponse:
 
 async def _reward_ready(state: GatewayState) -> bool:
     try:
-        with anyio.fail_after(5.0):  # not asyncio.timeout: see server.scoped_tasks
+        async with asyncio.timeout(5.0):
             return bool(await state.reward.ready())
     except Exception:
         return False

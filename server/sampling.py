@@ -22,8 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
 from reward.base import RewardBackend, RewardError
 from server.candidate import Candidate, CandidateBuilder
 from server.control import SamplingPlan
@@ -36,7 +34,7 @@ from server.errors import (
 from server.metrics import GatewayMetrics
 from server.policies import PolicyFactory, accepts_prior
 from server.priors import PriorStore, prior_mode_for
-from server.scoped_tasks import ScopedTask, cancel_all, run_scoped
+from server.scoped_tasks import ScopedTask, cancel_all
 from server.upstream import UpstreamClient, UpstreamFailure
 
 __all__ = ["Sampler", "SamplingOutcome"]
@@ -105,7 +103,7 @@ class Sampler:
     ) -> SamplingOutcome:
         run = _Run(self, messages, body, plan)
         try:
-            with anyio.fail_after(deadline):  # not asyncio.timeout: see server.scoped_tasks
+            async with asyncio.timeout(deadline):
                 await run.loop()
         except TimeoutError:
             run.timed_out = True
@@ -122,11 +120,8 @@ class Sampler:
     ) -> list[float]:
         started = time.perf_counter()
         try:
-            with anyio.fail_after(self.reward_timeout):
-                # A reward client's pool must not be cut mid-cleanup when this request is
-                # cancelled (timeout, client gone): see server.scoped_tasks.
-                texts = [c.scoring_text() for c in candidates]
-                rewards = await run_scoped(self.reward.score(messages, texts))
+            async with asyncio.timeout(self.reward_timeout):
+                rewards = await self.reward.score(messages, [c.scoring_text() for c in candidates])
         except RewardError as exc:
             log.warning("reward backend failed: %s", exc)  # the full detail, for operators
             message = _URL.sub("<reward backend>", str(exc))
@@ -218,7 +213,8 @@ class _Run:
         if isinstance(body.get("seed"), int):
             body["seed"] = body["seed"] + index
         builder = CandidateBuilder(index)
-        scoped = ScopedTask(self.sampler.upstream.generate(body, builder))
+        upstream = self.sampler.upstream
+        scoped = ScopedTask(upstream.generate(body, builder), scoped=upstream.needs_scoped_cancel)
         self.in_flight[scoped.task] = (scoped, builder)
         self.sampler.metrics.inflight_candidates.inc()
 

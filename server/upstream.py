@@ -137,6 +137,13 @@ class UpstreamClient:
             reverse=True,
         )
 
+    @property
+    def needs_scoped_cancel(self) -> bool:
+        """True when candidates stream over httpx, whose connection pool a native cancel can
+        corrupt (server.scoped_tasks); the lean client's cleanup never waits, so a native
+        cancel is safe there (tests/test_scoped_tasks.py sweeps both)."""
+        return self.lean is None
+
     def redact(self, data: bytes) -> bytes:
         for secret in self._secrets:
             data = data.replace(secret, REDACTED)

@@ -126,16 +126,17 @@ def test_candidates_cancelled_at_any_step_leave_the_httpx_pool_clean():
 
 @pytest.mark.parametrize("backend", [WorkerRewardClient, VLLMRewardClient])
 def test_reward_calls_of_a_cancelled_request_leave_the_reward_pool_clean(backend):
-    """The sampler's scoring path (run_scoped) when the request's task is cancelled natively,
-    as a client disconnect does. The reward clients' pools are bounded (64 connections), so a
-    stranded connection per unlucky cancellation would end in a reward outage."""
+    """The sampler's scoring call when the request's task is cancelled natively, as a client
+    disconnect or the request deadline does: the HTTP reward clients run each exchange in a
+    task group of their own. Their pools are bounded (64 connections), so a stranded connection
+    per unlucky cancellation would end in a reward outage."""
 
     async def main(url: str) -> None:
         client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None))
         scorer = backend(url, client=client)
 
         async def request() -> list[float]:
-            return await run_scoped(scorer.score([{"role": "user", "content": "q"}], ["a", "b"]))
+            return await scorer.score([{"role": "user", "content": "q"}], ["a", "b"])
 
         async def cancel(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
             task.cancel()  # native, like _until_disconnect's watcher
@@ -146,6 +147,34 @@ def test_reward_calls_of_a_cancelled_request_leave_the_reward_pool_clean(backend
             counts = await _sweep(lambda: asyncio.create_task(request()), cancel)
             assert all(counts), counts
             assert _stranded(client) == []
+
+    asyncio.run(_with_server(main))
+
+
+def test_candidates_on_the_lean_client_may_be_cancelled_natively():
+    """Why the sampler skips the cancel scope on the lean transport: its cleanup never waits,
+    so a native cancel at any step leaves no connection open or half-used."""
+    from server.lean_http import LeanPool
+
+    async def main(url: str) -> None:
+        lean = LeanPool(url + "/v1", timeout=5.0)
+        client = httpx.AsyncClient(base_url=url + "/v1")
+        upstream = UpstreamClient(client, retries=0, backoff=0.0, lean=lean)
+        assert not upstream.needs_scoped_cancel
+        body = {"model": "m", "messages": [], "stream": True}
+
+        async def cancel(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return task
+
+        async with client:
+            counts = await _sweep(
+                lambda: asyncio.create_task(upstream.generate(body, CandidateBuilder(0))), cancel
+            )
+            assert all(counts), counts
+            assert all(conn.idle for conn in lean.connections()), lean.connections()
+            await lean.aclose()
 
     asyncio.run(_with_server(main))
 
