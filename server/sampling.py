@@ -168,7 +168,8 @@ class _Run:
         else:
             self.prior = None
             self.policy = sampler.policy_factory(plan)
-        # Candidates still generating, by task; cancelled through their scopes (scoped_tasks).
+        # Candidates still generating, by task, with the handle that cancels them: through a
+        # cancel scope on the httpx transport (server.scoped_tasks), natively on the lean one.
         self.in_flight: dict[asyncio.Task[Candidate], _Flight] = {}
         self.scored: list[Candidate] = []
         self.rewards: list[float] = []

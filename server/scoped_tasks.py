@@ -58,7 +58,7 @@ class ScopedTask(Generic[T]):
 
 
 async def cancel_all(tasks: Iterable[ScopedTask[Any]]) -> None:
-    """Cancel every task through its scope and wait until each has finished.
+    """Cancel every task (through its scope, when it has one) and wait until each has ended.
 
     A cancellation of the caller meanwhile is held back until they have (they unwind in a few
     event-loop steps) and then raised: ``asyncio.gather`` would pass it on to them natively,
