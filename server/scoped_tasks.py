@@ -91,4 +91,6 @@ async def run_scoped(coro: Coroutine[Any, Any, T]) -> T:
         return await asyncio.shield(scoped.task)
     except asyncio.CancelledError:
         await cancel_all([scoped])
+        if not scoped.task.cancelled():
+            scoped.task.exception()  # retrieved: an error it ended with is moot, not "unhandled"
         raise
