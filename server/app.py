@@ -107,6 +107,7 @@ def create_app(
             max_models=PRIOR_MODELS,
             path=settings.prior_state_file,
             registry=registry,
+            target_scale_shrink=settings.target_scale_shrink,
             reward_identity=_reward_identity(settings, reward),
         )
         if settings.learn_prior

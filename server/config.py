@@ -96,6 +96,13 @@ class Settings(BaseSettings):
         description="learn each model's reward-tail prior from finished requests and give it to "
         "new adaptive/target requests",
     )
+    target_scale_shrink: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="target mode: weight of the model's learned reward spreads against a "
+        "request's own (1: saves the most; lower: each prompt closer to its target, less saved)",
+    )
     prior_state_file: Path | None = Field(
         None,
         description="JSON file of the learned priors: loaded at start-up if present, saved "

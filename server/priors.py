@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 import stoppers
 from server.table_builds import MAX_PENDING, TableBuilds
 from stoppers.deployment import DeploymentPrior, PriorMode
+from stoppers.robust.shape_prior import ShapePrior
 
 __all__ = ["POLICY_SHAPES", "PRIOR_MODES", "UPDATE_RESULTS", "PriorStore", "prior_mode_for"]
 
@@ -91,6 +92,7 @@ class PriorStore:
         registry: CollectorRegistry | None = None,
         max_pending_builds: int = MAX_PENDING,
         reward_identity: str | None = None,
+        target_scale_shrink: float = 1.0,
     ) -> None:
         if max_models < 1:
             raise ValueError(f"max_models must be >= 1, got {max_models}")
@@ -98,6 +100,8 @@ class PriorStore:
         self.path = path
         # the reward scores the priors learn from; state saved under another is not restored
         self.reward_identity = reward_identity
+        # a setting of the target priors' tables (ShapePrior.scale_shrink), not persisted
+        self.target_scale_shrink = target_scale_shrink
         self.save_every = save_every
         self._priors: OrderedDict[tuple[str, PriorMode], DeploymentPrior] = OrderedDict()
         self._since_save = 0
@@ -144,6 +148,8 @@ class PriorStore:
         return prior
 
     def _insert(self, key: tuple[str, PriorMode], prior: DeploymentPrior) -> None:
+        if key[1] == "target" and isinstance(prior, ShapePrior):
+            prior.scale_shrink = self.target_scale_shrink  # before any table is built
         self.builds.attach(prior)  # its tables are built on the worker thread, never inline
         self._priors[key] = prior
         self._priors.move_to_end(key)

@@ -67,6 +67,12 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "learn each model's reward-tail prior across requests (default on)",
     ),
     (
+        "target_scale_shrink",
+        "value",
+        "target mode, 0-1: weight of the learned reward spreads against a request's own "
+        "(default 1: saves most; 0.25: each prompt closer to its target, less saved)",
+    ),
+    (
         "prior_state_file",
         "value",
         "JSON file for the learned priors: loaded at start-up, saved on shutdown and periodically",

@@ -502,3 +502,33 @@ def test_a_bounded_reward_scale_stops_requests_at_its_top_across_a_restart(
     assert restarted.count("ceiling") >= 4  # > 3: restored, not relearned after the restart
     (entry,) = json.loads(state.read_text())["priors"]
     assert entry["state"]["ceiling"]["top"] == 0.6 and entry["state"]["ceiling"]["requests"] >= 3
+
+
+def test_target_scale_shrink_setting_reaches_the_target_priors(fake_upstream, tmp_path):
+    """--target-scale-shrink is applied to every target prior the store creates or restores
+    (it is a setting, not persisted evidence); cost priors keep their own tables."""
+    from server.config import Settings
+
+    with pytest.raises(ValueError):
+        Settings(upstream_url="http://x/v1", target_scale_shrink=1.5)
+    state = tmp_path / "priors.json"
+    store = PriorStore(path=state, target_scale_shrink=0.25)
+    target = store.get("m", "target")
+    assert target.scale_shrink == 0.25
+    assert store.get("m", "cost").scale_shrink == 1.0
+    for _ in range(3):
+        target.update([0.1, 0.5, 0.2, 0.9, 0.4])
+    store.save()
+    restored = PriorStore(path=state, target_scale_shrink=0.5)
+    assert restored.load() == 2
+    assert restored.get("m", "target").scale_shrink == 0.5
+    assert restored.get("m", "target").requests == 3
+    server = start_gateway(fake_upstream, FakeReward(), target_scale_shrink=0.25)
+    try:
+        with httpx.Client(base_url=server.url, timeout=20) as client:
+            request = body("gen", pandora={"mode": "target"})
+            assert client.post(URL, json=request).status_code == 200
+        prior = server.server.config.app.state.priors.get("gen", "target")
+        assert prior.scale_shrink == 0.25
+    finally:
+        server.stop()

@@ -257,3 +257,46 @@ def test_builder_without_a_running_loop_builds_in_place(build_calls):
     assert table is None  # this lookup did not wait for it ...
     assert prior.cached_table(0.9, min_samples=8, horizon=64) is not None  # ... the next has it
     assert len(build_calls) == 1 and _value(registry, "pandora_prior_table_builds_total") == 1
+
+
+# -- scale_shrink: how far a request's own sd is pulled towards the learned scales ------------
+def test_scale_shrink_weights_the_scale_prior_and_is_a_setting_not_evidence():
+    with pytest.raises(ValueError, match="scale_shrink"):
+        ShapePrior(scale_shrink=1.5)
+    full = _learned(prompts=12)
+    loose = dataclasses.replace(_learned(prompts=12), scale_shrink=0.25)
+    none = dataclasses.replace(_learned(prompts=12), scale_shrink=0.0)
+    tables = [p.table(0.9, min_samples=8, horizon=64) for p in (full, loose, none)]
+    assert tables[1].scale_prec == pytest.approx(tables[0].scale_prec * 0.25)
+    assert 0.0 < tables[2].scale_prec < 1e-5 * tables[0].scale_prec
+    # a request whose sd is 4x the typical scale: judged on its own sd the less it is shrunk
+    typical = math.exp(tables[0].scale_mu)
+    scales = [t.scale(8, 4.0 * typical) for t in tables]
+    assert scales[0] < scales[1] < scales[2] == pytest.approx(4.0 * typical, rel=1e-4)
+    for table in tables:  # every variant is calibrated and usable from the first reward on
+        assert math.isfinite(table.offset) and math.isfinite(table.scale(1, 0.0))
+        assert all(math.isfinite(z) for z in table.z_star)
+    # not persisted: a restored prior takes the default until its owner sets it
+    assert "scale_shrink" not in loose.to_dict()
+    assert ShapePrior.from_dict(loose.to_dict()).scale_shrink == 1.0
+
+
+def test_less_shrinkage_evens_out_wide_and_narrow_prompts():
+    """The point of the setting, on one learned prior: with the full scale prior a wide prompt
+    (scales 3x the typical) stops on a lower raw threshold than its scale warrants, so it
+    gets less than the target; judged on its own sd it is held to its own scale."""
+    prior = _learned(prompts=30, samples=60)
+    loose = dataclasses.replace(_learned(prompts=30, samples=60), scale_shrink=0.0)
+    rng = np.random.default_rng(5)
+    typical = math.exp(prior.table(0.9, min_samples=8, horizon=64).scale_mu)
+    stops = {}
+    for name, p in (("full", prior), ("loose", loose)):
+        ns = []
+        for _ in range(200):
+            policy = PooledTargetAcceptance(0.9, prior=p, max_samples=256)
+            for reward in 3.0 * typical * rng.standard_normal(256):
+                if policy.observe(float(reward)):
+                    break
+            ns.append(policy.n)
+        stops[name] = float(np.mean(ns))
+    assert stops["loose"] > stops["full"]  # held to its own (wide) scale: samples longer

@@ -89,6 +89,7 @@ SLOPES = (1.5, 3.0, 5.0, 8.0)  # candidate small-sample slopes of the offset
 MAX_TABLES = 32  # stop tables cached per prior (LRU): client-chosen keys cannot grow memory
 STREAM_REQUESTS = 256  # the likelihood shape is fitted to the most recent requests' streams,
 STREAM_REWARDS = 96  # ... each cut to its first rewards (a fixed cut keeps the likelihood valid)
+MIN_SCALE_SHRINK = 1e-6  # scale_shrink 0: the prior still names a scale before any sd exists
 LIKELIHOOD_MIN_STREAMS = 10  # fewer kept streams (a restored old snapshot): the recorded shape
 
 # (target to 3 decimals, min_samples, horizon, alpha): what one stop table is built for
@@ -153,6 +154,12 @@ class ShapePrior:
     ``streams``: the kept streams (lists of floats, oldest first); persisted.
     ``ceiling``: the top of the reward scale once requests keep reaching it exactly
     (:mod:`stoppers.robust.ceiling`; learned from every request offered, persisted).
+    ``scale_shrink``: in [0, 1], the weight of the learned scales against a request's own sd
+    (the tables' scale-prior precision is multiplied by it). 1 (default): the Bayes posterior,
+    which saves the most but lets wide prompts get less than the target and narrow ones more;
+    smaller values trade savings for each prompt getting closer to its target (README, "Target
+    mode on a deployment", per-spread table). A setting, not evidence: not persisted; set it
+    before the first table is built (the gateway does when it creates or restores the prior).
     ``max_tables``: stop tables kept (LRU; not persisted).
     ``schedule_build``: None (default) - :meth:`table` builds a missing or stale table itself,
     blocking for ~0.05-0.7 s. A callable ``(prior, key)`` - :meth:`table` never builds; it
@@ -170,6 +177,7 @@ class ShapePrior:
     s_counts: Any = field(default_factory=lambda: np.zeros(S_BINS), repr=False)
     streams: list[list[float]] = field(default_factory=list, repr=False)
     ceiling: RewardCeiling = field(default_factory=RewardCeiling)  # persisted
+    scale_shrink: float = field(default=1.0, compare=False)  # a setting: not persisted
     max_tables: int = field(default=MAX_TABLES, repr=False, compare=False)
     schedule_build: Callable[[ShapePrior, TableKey], None] | None = field(
         default=None, repr=False, compare=False
@@ -190,6 +198,8 @@ class ShapePrior:
             raise ValueError(f"max_tables must be >= 1, got {self.max_tables}")
         if self.likelihood and self.deconvolve:
             raise ValueError("deconvolve applies to the recorded histogram: pass likelihood=False")
+        if not 0.0 <= self.scale_shrink <= 1.0:
+            raise ValueError(f"scale_shrink must be in [0, 1], got {self.scale_shrink!r}")
         self.z_counts = np.array(self.z_counts, dtype=np.float64)
         self.s_counts = np.array(self.s_counts, dtype=np.float64)
         self.streams = _streams_of(self.streams)
@@ -339,7 +349,11 @@ class ShapePrior:
             raise ValueError("an empty prior has no table to build")
         target, min_samples, horizon, alpha = key
         z_counts, s_counts, requests = self.z_counts.copy(), self.s_counts.copy(), self.requests
-        options = {"min_rewards": self.min_rewards, "deconvolve": self.deconvolve}
+        options = {
+            "min_rewards": self.min_rewards,
+            "deconvolve": self.deconvolve,
+            "scale_shrink": self.scale_shrink,
+        }
         streams = list(self.streams) if self.likelihood else []  # kept streams never change
 
         fitted_cache = self._fitted
@@ -450,6 +464,7 @@ def build_table(
     *,
     min_rewards: int = 4,
     deconvolve: bool = False,
+    scale_shrink: float = 1.0,
 ) -> StopTable:
     """z_star on the log-scale grid, the scale prior, and the Monte Carlo offset.
 
@@ -468,19 +483,25 @@ def build_table(
     """
     observed = z_counts / z_counts.sum()
     sw = s_counts / s_counts.sum()
-    raw, q_raw = _plug_in(observed, sw, target, alpha, requests)
+    raw, q_raw = _plug_in(observed, sw, target, alpha, requests, scale_shrink)
     rule = _calibrate(raw, observed, sw, q_raw, min_samples, horizon, requests)
     if not deconvolve:
         return rule
     w = _deconvolve(observed, sw, rule, min_samples, horizon, requests, min_rewards)
-    table, q_alpha = _plug_in(w, sw, target, alpha, requests)
+    table, q_alpha = _plug_in(w, sw, target, alpha, requests, scale_shrink)
     return _calibrate(table, w, sw, q_alpha, min_samples, horizon, requests)
 
 
 def _plug_in(
-    w: np.ndarray, sw: np.ndarray, target: float, alpha: float, requests: int
+    w: np.ndarray,
+    sw: np.ndarray,
+    target: float,
+    alpha: float,
+    requests: int,
+    scale_shrink: float = 1.0,
 ) -> tuple[StopTable, float]:
-    """The known-distribution rule for shape ``w`` (uncalibrated) and its alpha-quantile."""
+    """The known-distribution rule for shape ``w`` (uncalibrated) and its alpha-quantile;
+    the scale prior's precision is weighted by ``scale_shrink`` (ShapePrior)."""
     zc = _centres(Z_LO, Z_HI, Z_BINS)
     cdf = np.cumsum(w)
     q_alpha = float(zc[min(np.searchsorted(cdf, alpha), Z_BINS - 1)])
@@ -509,7 +530,7 @@ def _plug_in(
         offset=0.0,
         slope=0.0,
         scale_mu=mu,
-        scale_prec=1.0 / s_var,
+        scale_prec=max(scale_shrink, MIN_SCALE_SHRINK) / s_var,
         sd_weight=sd_weight,
         requests=requests,
         simulated_acceptance=math.nan,

@@ -55,11 +55,21 @@ from stoppers.robust.shape_prior import (
 __all__ = ["PoolShapeOracle", "main", "render_spread_table", "render_table", "run_one"]
 
 TARGETS = (0.7, 0.8, 0.9, 0.95)
-POLICIES = ("pooled", "pooled-recorded", "pooled-deconv", "pooled-oracle", "tail", "paper")
+POLICIES = (
+    "pooled",
+    "pooled-per-prompt",
+    "pooled-recorded",
+    "pooled-deconv",
+    "pooled-oracle",
+    "tail",
+    "paper",
+)
 # learn across the deployment: warm / cold rows too
-POOLED = ("pooled", "pooled-recorded", "pooled-deconv", "pooled-oracle")
+POOLED = ("pooled", "pooled-per-prompt", "pooled-recorded", "pooled-deconv", "pooled-oracle")
+PER_PROMPT_SHRINK = 0.25  # pooled-per-prompt: ShapePrior(scale_shrink=...)
 LABELS = {
     "pooled": "**PooledTargetAcceptance**",
+    "pooled-per-prompt": f"PooledTargetAcceptance, scale_shrink {PER_PROMPT_SHRINK} (opt-in)",
     "pooled-recorded": "PooledTargetAcceptance, recorded shape (earlier default)",
     "pooled-deconv": "PooledTargetAcceptance, deconvolved shape (opt-in)",
     "pooled-oracle": "PooledTargetAcceptance told the pool's shape and scales (ablation)",
@@ -120,6 +130,8 @@ def _maker(
             new_prior = PoolShapeOracle.of_pool(rewards)
         elif policy == "pooled":
             new_prior = ShapePrior
+        elif policy == "pooled-per-prompt":
+            new_prior = partial(ShapePrior, scale_shrink=PER_PROMPT_SHRINK)
         else:
             deconvolve = policy == "pooled-deconv"
             new_prior = partial(ShapePrior, likelihood=False, deconvolve=deconvolve)
