@@ -229,3 +229,14 @@ def test_target_report_min_samples_reaches_the_policies(tmp_path):
     args = ["run", str(tmp_path / "p.npz"), "--name", "p", "--policy", "paper", "--orderings", "1"]
     assert target_report.main([*args, "--min-samples", "3", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "p-paper.json").read_text())["min_samples"] == 3
+
+
+def test_target_report_per_prompt_policy_is_the_default_rule_with_less_scale_shrinkage():
+    from stoppers.robust import target_report
+
+    make, new_prior = target_report._maker("pooled-per-prompt", 0.9, 60)
+    prior = new_prior()
+    assert isinstance(prior, ShapePrior) and prior.likelihood
+    assert prior.scale_shrink == target_report.PER_PROMPT_SHRINK == 0.25
+    assert isinstance(make(prior), PooledTargetAcceptance)
+    assert target_report._maker("pooled", 0.9, 60)[1]().scale_shrink == 1.0
