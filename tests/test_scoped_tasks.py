@@ -23,7 +23,8 @@ from server.candidate import CandidateBuilder
 from server.scoped_tasks import ScopedTask, cancel_all, run_scoped
 from server.upstream import UpstreamClient
 
-STEPS = range(0, 48)  # an exchange with the loopback server below ends within ~20 steps
+MIN_STEPS = 48  # an exchange with the loopback server below ends within ~20 steps here
+MAX_STEPS = 1000  # a slow machine may need more: sweep on until the work outlives no cancel
 ROUNDS = 3
 
 _CHUNK = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
@@ -75,21 +76,27 @@ def _stranded(client: httpx.AsyncClient) -> list[str]:
 async def _sweep(
     start: Callable[[], Any], cancel: Callable[[Any], Awaitable[asyncio.Task[Any]]]
 ) -> tuple[int, int]:
-    """Start the work, let it run ``steps`` event-loop steps, cancel it; for every step count.
+    """Start the work, let it run ``steps`` event-loop steps, cancel it; for every step count
+    from 0 until the work has finished on its own 3 times running (at least MIN_STEPS).
     Returns (cancelled, finished) counts: both must be non-zero for the sweep to have crossed
     the whole exchange, its close included."""
     cancelled = finished = 0
     for _ in range(ROUNDS):
-        for steps in STEPS:
+        in_a_row = 0
+        for steps in range(MAX_STEPS):
+            if steps >= MIN_STEPS and in_a_row >= 3:
+                break
             work = start()
             for _ in range(steps):
                 await asyncio.sleep(0)
             task = await cancel(work)
             if task.cancelled():
                 cancelled += 1
+                in_a_row = 0
             else:
                 task.result()  # no error of its own
                 finished += 1
+                in_a_row += 1
     await asyncio.sleep(0.05)  # anything still closing in the background gets its chance
     return cancelled, finished
 
