@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -23,10 +23,12 @@ from server.candidate import CandidateBuilder
 from server.scoped_tasks import ScopedTask, cancel_all, run_scoped
 from server.upstream import UpstreamClient
 
+T = TypeVar("T")
 MIN_STEPS = 48  # an exchange with the loopback server below ends within ~20 steps here
 MAX_STEPS = 1000  # a slow machine may need more: sweep on until the work outlives no cancel
 ROUNDS = 3
 
+CANDIDATE = {"model": "m", "messages": [], "stream": True}  # one candidate's request body
 _CHUNK = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
 SSE = f"data: {json.dumps(_CHUNK)}\n\ndata: [DONE]\n\n".encode()
 
@@ -101,29 +103,42 @@ async def _sweep(
     return cancelled, finished
 
 
-async def _with_server(body: Callable[[str], Awaitable[None]]) -> None:
+async def _with_server(body: Callable[[str], Awaitable[T]]) -> T:
     server = await asyncio.start_server(_serve, "127.0.0.1", 0)
     try:
-        await body(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        return await body(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
     finally:
         server.close()
+
+
+def _upstream_client(url: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=url + "/v1", limits=httpx.Limits(max_connections=None))
+
+
+async def _cancel_natively(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+    """As the request's own cancellers do (a client that hangs up, a deadline)."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return task
+
+
+async def _cancel_scoped(scoped: ScopedTask[Any]) -> asyncio.Task[Any]:
+    """As the sampler's cancel_in_flight does."""
+    await cancel_all([scoped])
+    return scoped.task
 
 
 def test_candidates_cancelled_at_any_step_leave_the_httpx_pool_clean():
     """The sampler's path: UpstreamClient.generate in a ScopedTask, stopped by cancel_all."""
 
     async def main(url: str) -> None:
-        client = httpx.AsyncClient(base_url=url + "/v1", limits=httpx.Limits(max_connections=None))
+        client = _upstream_client(url)
         upstream = UpstreamClient(client, retries=0, backoff=0.0)
-        body = {"model": "m", "messages": [], "stream": True}
-
-        async def cancel(scoped: ScopedTask[Any]) -> asyncio.Task[Any]:
-            await cancel_all([scoped])
-            return scoped.task
 
         async with client:
             counts = await _sweep(
-                lambda: ScopedTask(upstream.generate(body, CandidateBuilder(0))), cancel
+                lambda: ScopedTask(upstream.generate(CANDIDATE, CandidateBuilder(0))),
+                _cancel_scoped,
             )
             assert all(counts), counts
             assert _stranded(client) == []
@@ -145,13 +160,8 @@ def test_reward_calls_of_a_cancelled_request_leave_the_reward_pool_clean(backend
         async def request() -> list[float]:
             return await scorer.score([{"role": "user", "content": "q"}], ["a", "b"])
 
-        async def cancel(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
-            task.cancel()  # native, like _until_disconnect's watcher
-            await asyncio.gather(task, return_exceptions=True)
-            return task
-
         async with client:
-            counts = await _sweep(lambda: asyncio.create_task(request()), cancel)
+            counts = await _sweep(lambda: asyncio.create_task(request()), _cancel_natively)
             assert all(counts), counts
             assert _stranded(client) == []
 
@@ -168,16 +178,11 @@ def test_candidates_on_the_lean_client_may_be_cancelled_natively():
         client = httpx.AsyncClient(base_url=url + "/v1")
         upstream = UpstreamClient(client, retries=0, backoff=0.0, lean=lean)
         assert not upstream.needs_scoped_cancel
-        body = {"model": "m", "messages": [], "stream": True}
-
-        async def cancel(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return task
 
         async with client:
             counts = await _sweep(
-                lambda: asyncio.create_task(upstream.generate(body, CandidateBuilder(0))), cancel
+                lambda: asyncio.create_task(upstream.generate(CANDIDATE, CandidateBuilder(0))),
+                _cancel_natively,
             )
             assert all(counts), counts
             assert all(conn.idle for conn in lean.connections()), lean.connections()
@@ -192,7 +197,7 @@ def test_passthrough_cancelled_by_a_leaving_client_leaves_the_pool_clean(stream)
     response with UpstreamClient.close, in a task cancelled natively at any step."""
 
     async def main(url: str) -> None:
-        client = httpx.AsyncClient(base_url=url + "/v1", limits=httpx.Limits(max_connections=None))
+        client = _upstream_client(url)
         upstream = UpstreamClient(client, retries=0, backoff=0.0)
 
         async def request() -> bytes:
@@ -205,13 +210,8 @@ def test_passthrough_cancelled_by_a_leaving_client_leaves_the_pool_clean(stream)
             finally:
                 await upstream.close(response)
 
-        async def cancel(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return task
-
         async with client:
-            counts = await _sweep(lambda: asyncio.create_task(request()), cancel)
+            counts = await _sweep(lambda: asyncio.create_task(request()), _cancel_natively)
             assert all(counts), counts
             assert _stranded(client) == []
 
@@ -224,27 +224,17 @@ def test_native_cancellation_strands_connections_on_this_httpcore():
     scoped cancellation above is merely harmless)."""
 
     async def main(url: str) -> list[str]:
-        client = httpx.AsyncClient(base_url=url + "/v1", limits=httpx.Limits(max_connections=None))
+        client = _upstream_client(url)
         upstream = UpstreamClient(client, retries=0, backoff=0.0)
-        body = {"model": "m", "messages": [], "stream": True}
-
-        async def cancel(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return task
 
         async with client:
             await _sweep(
-                lambda: asyncio.create_task(upstream.generate(body, CandidateBuilder(0))), cancel
+                lambda: asyncio.create_task(upstream.generate(CANDIDATE, CandidateBuilder(0))),
+                _cancel_natively,
             )
             return _stranded(client)
 
-    stranded: list[str] = []
-
-    async def run(url: str) -> None:
-        stranded.extend(await main(url))
-
-    asyncio.run(_with_server(run))
+    stranded = asyncio.run(_with_server(main))
     if not stranded:
         pytest.skip("this httpcore no longer strands connections on a native cancel")
     assert any("ACTIVE" in s or "NEW" in s for s in stranded), stranded
