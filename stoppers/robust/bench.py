@@ -2,7 +2,7 @@
 
 For each n in (10, 100, 960) a policy is fed n - 1 Student-t(3) rewards with a cost / target
 it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t requests, c =
-1e-12, inflation 50), then ``observe`` of one more reward is timed on ``--repeats`` copies of
+1e-12, inflation 50; TailPandora+XiPrior: the xi distribution those requests taught), then ``observe`` of one more reward is timed on ``--repeats`` copies of
 that state (each copy gets a fresh reward, so the refit branch is hit as often as in a real
 stream).
 Prints median and p99 in microseconds. Timings on a shared machine are noisy: compare figures
@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     makers = {
         # A benchmark margin of 50 standard errors keeps kappa_hat out of reach: no early stop.
         "TailPandora": lambda: TailPandora(1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0),
+        # the default's cold start on a deployment: the tail shape from the learned xi prior
+        "TailPandora+XiPrior": lambda: TailPandora(
+            1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0, prior=learned.xi
+        ),
         "TailTargetAcceptance": lambda: TailTargetAcceptance(1.0, max_samples=10_000, kappa_z=50.0),
         # warm (learned shape); parameter uncertainty x50 keeps the gain above c = 1e-12
         "ShapePandora": lambda: ShapePandora(

@@ -28,6 +28,7 @@ from stoppers.robust.gpd_tail import TailFit
 from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.tracker import COST_ALL_TIED
+from stoppers.robust.xi_prior import XiPrior
 
 __all__ = ["TailPandora", "default_kappa_z"]
 
@@ -45,7 +46,9 @@ class TailPandora(TailPolicy):
         kappa_z=None picks :func:`default_kappa_z` for the cost.
     xi_z: optimism on the tail shape for the gain: xi + xi_z * (1 + xi) / sqrt(k + w), the
         GPD shape's standard error with w prior pseudo-exceedances (0: off).
-    prior: cross-prompt :class:`TailPrior` (shape prior); None uses ``TailPrior()``.
+    prior: cross-prompt shape prior: a :class:`TailPrior` (pooled xi0) or a learned
+        :class:`~stoppers.robust.xi_prior.XiPrior` (posterior mean of xi); None uses
+        ``TailPrior()``.
     """
 
     all_tied = COST_ALL_TIED
@@ -60,7 +63,7 @@ class TailPandora(TailPolicy):
         kappa_z: float | None = None,
         scale_z: float = 1.0,
         xi_z: float = 0.0,
-        prior: TailPrior | None = None,
+        prior: TailPrior | XiPrior | None = None,
     ) -> None:
         cost = float(cost)
         if not (cost > 0.0 and math.isfinite(cost)):

@@ -20,7 +20,9 @@ on the hot path).
 The shape xi is estimated by Zhang & Stephens (2009, Technometrics 51:316) - a quasi-Bayesian
 estimator that stays sane down to a handful of exceedances - and then shrunk towards a prior
 shape ``xi0`` with weight ``prior_weight`` pseudo-exceedances; the prior can be learned across
-the prompts of one deployment (:class:`stoppers.robust.prior.TailPrior`).
+the prompts of one deployment, as one pooled xi0 (:class:`stoppers.robust.prior.TailPrior`) or
+as a distribution of xi whose posterior mean replaces the shrinkage
+(:class:`stoppers.robust.xi_prior.XiPrior`, what the default cost policy's cold start learns).
 
 All quantities are computed relative to ``u`` (exceedances ``v - u``), so adding a constant to
 every reward changes nothing.
@@ -29,6 +31,7 @@ every reward changes nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -203,6 +206,7 @@ def fit_tail(
     xi0: float = 0.0,
     prior_weight: float = 30.0,
     k: int | None = None,
+    xi_posterior: Callable[[np.ndarray], float] | None = None,
 ) -> TailFit | None:
     """Fit :class:`TailFit` to ascending-sorted rewards; None when there is no tail to fit.
 
@@ -212,7 +216,9 @@ def fit_tail(
     The shape estimate is shrunk to ``xi0``: ``xi = (k xi_zs + w xi0) / (k + w)``, and sigma is
     re-solved so that the fitted mean exceedance ``sigma / (1 - xi)`` equals the observed one
     (the mean is the best-determined statistic of a small sample). xi is kept in [-1, 0.9] so
-    that the mean exceedance exists.
+    that the mean exceedance exists. ``xi_posterior(exceedances)``, when given, replaces the
+    shrinkage: the shape is then that posterior estimate (a deployment's learned distribution
+    of xi, :class:`~stoppers.robust.xi_prior.XiPrior`).
     """
     values = np.asarray(sorted_rewards, dtype=float)
     n = values.size
@@ -227,10 +233,12 @@ def fit_tail(
         return None
     if y[0] == y[-1]:
         # All exceedances tie (e.g. several rewards at an upper clip): a bounded tail.
-        xi_zs = _XI_MIN
+        xi = _XI_MIN
+    elif xi_posterior is not None:
+        xi = xi_posterior(y)  # a deployment's learned shape distribution (xi_prior.XiPrior)
     else:
         _, xi_zs = zhang_stephens_gpd(y)
-    xi = (kk * xi_zs + prior_weight * xi0) / (kk + prior_weight)
+        xi = (kk * xi_zs + prior_weight * xi0) / (kk + prior_weight)
     xi = min(max(xi, _XI_MIN), _XI_MAX)
     mean_excess = float(y.mean())
     sigma = mean_excess * (1.0 - xi)

@@ -13,6 +13,7 @@ from stoppers.base import StoppingPolicy
 from stoppers.robust.gpd_tail import TailFit, acceptance
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.tracker import ALL_TIED, TailTracker
+from stoppers.robust.xi_prior import XiPrior
 
 __all__ = ["DEFAULT_MIN_SAMPLES", "TailPolicy", "kappa_offset"]
 
@@ -30,7 +31,7 @@ class TailPolicy(StoppingPolicy):
         min_samples: int | None,
         max_samples: int | None,
         kappa_z: float,
-        prior: TailPrior | None,
+        prior: TailPrior | XiPrior | None,
     ) -> None:
         super().__init__(max_samples=max_samples)
         if not (0.0 < alpha < 1.0):
@@ -41,7 +42,12 @@ class TailPolicy(StoppingPolicy):
         self.alpha = float(alpha)
         self.kappa_z = float(kappa_z)
         self.prior = prior if prior is not None else TailPrior()
-        self._tracker = TailTracker(xi0=self.prior.xi0, prior_weight=self.prior.weight)
+        learned = isinstance(self.prior, XiPrior) and self.prior.learned
+        self._tracker = TailTracker(
+            xi0=self.prior.xi0,
+            prior_weight=self.prior.weight,
+            xi_posterior=self.prior.posterior_xi if learned else None,
+        )
         self._fit_seen: TailFit | None = None
         self._kappa_off = math.nan
 

@@ -21,8 +21,12 @@ between the best and kappa, plus the bins past kappa, whose acceptance is exactl
 
 Until the prior is trusted - ``warm_requests`` requests, 10 / (1 - alpha) pooled draws, and both
 shared-shape tests passed - or without a prior, the policy is
-:class:`stoppers.robust.cost.TailPandora` (GPD tail, no shape knowledge): the cold start. It is
-the gateway's default cost policy (``stoppers.default_cost_policy``).
+:class:`stoppers.robust.cost.TailPandora` (GPD tail, no shape knowledge): the cold start. With a
+:class:`CostShapePrior` the cold start's tail shape comes from the deployment's learned
+distribution of xi (:class:`~stoppers.robust.xi_prior.XiPrior`, once it has learned from 8
+requests) instead of a fixed shrinkage to xi = 0: prompts that do not share a standardised
+shape (bimodal rewards with per-prompt weights, mixed families) still share *kinds* of tail.
+It is the gateway's default cost policy (``stoppers.default_cost_policy``).
 
 Cost per observation: the gain (~25 x the bins between best and kappa) is recomputed on every
 reward while n <= ``EXACT_UNTIL``, later only when the best rises or n has grown by 1/32 since
@@ -56,6 +60,7 @@ from stoppers.robust.shape_prior import (
     _s_bin,
 )
 from stoppers.robust.tracker import BestTies
+from stoppers.robust.xi_prior import XiPrior
 
 __all__ = ["CostShape", "CostShapePrior", "LearnedShapeCost", "ShapePandora", "cost_shape_prior"]
 
@@ -103,6 +108,12 @@ class CostShapePrior(ShapePrior):
     ``requests`` counts every request that taught something; ``shape_requests`` those that
     taught the shape (what the policy's warm-up reads).
 
+    ``xi``: the deployment's distribution of the GPD tail shape
+    (:class:`~stoppers.robust.xi_prior.XiPrior`), learned from every request of >= 8 rewards
+    and persisted. The cold start (:class:`TailPandora`) reads it, so a deployment whose shape
+    is not trusted - prompts that differ in shape - still gets tails of the kind its requests
+    have shown, per request.
+
     It also tests whether the requests *share* a shape, twice: each shape request's fraction of
     standardised draws above ``DISPERSION_LEVEL`` is binomial around the pooled fraction if they
     do (:attr:`dispersion`), and its counts in the 7 bins cut at ``SHAPE_TEST_EDGES`` are
@@ -125,6 +136,7 @@ class CostShapePrior(ShapePrior):
     bin_draws: float = 0.0
     bin_hits: list[float] = field(default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1))
     bin_hits_sq: list[float] = field(default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1))
+    xi: XiPrior = field(default_factory=XiPrior)  # persisted
     # Bayes cost tables built on this prior (stoppers.robust.bayes_cost.cost_table); not persisted
     cost_tables: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
 
@@ -162,6 +174,7 @@ class CostShapePrior(ShapePrior):
         x = np.asarray(rewards, dtype=np.float64)
         if x.ndim != 1 or not np.all(np.isfinite(x)):
             return False
+        tail_learned = self.xi.update(x)
         if x.size >= self.min_rewards:
             learned = super().update(x)
             if learned:
@@ -179,13 +192,13 @@ class CostShapePrior(ShapePrior):
                     self.bin_hits_sq = (np.asarray(self.bin_hits_sq) + counts**2 / z.size).tolist()
                     self.bin_requests += 1
                     self.bin_draws += z.size
-            return learned
+            return learned or tail_learned
         self.ceiling.note(x)  # (super().update notes the longer requests)
         if x.size < SCALE_MIN_REWARDS:
-            return False
+            return tail_learned
         sd = float(x.std(ddof=1))
         if not sd > 0.0:
-            return False
+            return tail_learned
         self.s_counts[_s_bin(np.array([math.log(sd)]))[0]] += 1.0
         self.requests += 1
         return True
@@ -195,14 +208,17 @@ class CostShapePrior(ShapePrior):
             **super().to_dict(),
             **{k: getattr(self, k) for k in _COUNTERS},
             **{k: list(getattr(self, k)) for k in _BIN_COUNTERS},
+            "xi": self.xi.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CostShapePrior:
         """Restore :meth:`to_dict`'s snapshot. A snapshot from before the whole-shape test has
         no bin counts: its shape is kept, and trusted again once requests learned after the
-        restore have given that test enough counts of its own."""
+        restore have given that test enough counts of its own. One from before the tail-shape
+        prior has no ``xi``: the cold start learns it afresh."""
         prior = super().from_dict(data)
+        prior.xi = XiPrior.from_dict(data.get("xi"))
         for key in _COUNTERS:
             setattr(prior, key, type(getattr(prior, key))(data.get(key, 0)))
         size = len(SHAPE_TEST_EDGES) + 1
@@ -304,6 +320,14 @@ class CostShape:
         return float(_NODE_W @ gain)
 
 
+def _tail_prior(prior: object) -> TailPrior | XiPrior | None:
+    """The cold start's tail-shape prior: a cost prior's learned xi distribution, a
+    :class:`TailPrior` as given, else None (fit_tail's fixed shrinkage)."""
+    if isinstance(prior, CostShapePrior):
+        return prior.xi
+    return prior if isinstance(prior, TailPrior) else None
+
+
 class LearnedShapeCost(StoppingPolicy):
     """What the learned-shape cost policies share (:class:`ShapePandora`,
     :class:`~stoppers.robust.bayes_cost.BayesShapePandora`): argument checks, the
@@ -351,7 +375,7 @@ class LearnedShapeCost(StoppingPolicy):
             alpha=self.alpha,
             min_samples=self.min_samples,
             max_samples=self.max_samples,
-            prior=prior if isinstance(prior, TailPrior) else None,
+            prior=_tail_prior(prior),
         )
 
     def _mean_var(self, n: int) -> tuple[float, float]:
@@ -393,7 +417,8 @@ class ShapePandora(LearnedShapeCost):
     alpha: benchmark percentile, in (0, 1).
     min_samples: rewards to see before any stop (default 8, or max_samples if smaller).
     max_samples: hard budget, stop reason "budget".
-    prior: the deployment's :class:`ShapePrior` (``new_deployment_prior("cost")``); a
+    prior: the deployment's :class:`ShapePrior` (``new_deployment_prior("cost")``, a
+        :class:`CostShapePrior`, whose learned xi distribution the cold start reads); a
         :class:`TailPrior` or None gives the cold-start policy.
     warm_requests: requests the prior must have learned from before its shape is trusted.
     inflation: factor on the parameters' posterior standard deviations (optimism).

@@ -29,6 +29,7 @@ import math
 from stoppers.robust.gpd_tail import TailFit, acceptance
 from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
+from stoppers.robust.xi_prior import XiPrior
 
 __all__ = ["TailTargetAcceptance"]
 
@@ -46,8 +47,9 @@ class TailTargetAcceptance(TailPolicy):
         :func:`~stoppers.robust.policy.kappa_offset`).
     overshoot: True (default) stops when h(best) >= target (module docstring); False uses the
         paper's plain test AR_kappa_hat(best) >= target.
-    prior: cross-prompt :class:`TailPrior` giving the shape prior xi0 and its weight;
-        None uses ``TailPrior()`` (xi0 = 0, the exponential-tail / Gumbel domain).
+    prior: cross-prompt :class:`TailPrior` giving the shape prior xi0 and its weight, or a
+        learned :class:`~stoppers.robust.xi_prior.XiPrior`; None uses ``TailPrior()``
+        (xi0 = 0, the exponential-tail / Gumbel domain).
     """
 
     def __init__(
@@ -59,7 +61,7 @@ class TailTargetAcceptance(TailPolicy):
         max_samples: int | None = None,
         kappa_z: float = 0.3,
         overshoot: bool = True,
-        prior: TailPrior | None = None,
+        prior: TailPrior | XiPrior | None = None,
     ) -> None:
         target = float(target)
         if not (0.0 < target <= 1.0):

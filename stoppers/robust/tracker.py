@@ -13,6 +13,7 @@ microseconds at n = 960.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 import numpy as np
 
@@ -67,8 +68,10 @@ class TailTracker:
         prior_weight: float,
         exact_until: int = 16,
         leave_out_best: bool = LEAVE_OUT_BEST,
+        xi_posterior: Callable[[np.ndarray], float] | None = None,
     ) -> None:
         self.leave_out_best = leave_out_best
+        self.xi_posterior = xi_posterior
         self.xi0 = xi0
         self.prior_weight = prior_weight
         self.exact_until = exact_until
@@ -108,7 +111,12 @@ class TailTracker:
         if not due:
             return False
         values = self.sorted[:-1] if self.leave_out_best else self.sorted
-        self.fit = fit_tail(np.asarray(values), xi0=self.xi0, prior_weight=self.prior_weight)
+        self.fit = fit_tail(
+            np.asarray(values),
+            xi0=self.xi0,
+            prior_weight=self.prior_weight,
+            xi_posterior=self.xi_posterior,
+        )
         self._fit_n = n
         self.refits += 1
         return True

@@ -1,0 +1,180 @@
+"""An empirical-Bayes prior on the GPD tail shape xi, learned across a deployment's requests.
+
+Why: one request's tail fit sees 4-30 exceedances, too few to tell a bounded tail (xi < 0) from
+an exponential one (xi = 0) or a heavy one (xi > 0); :func:`~stoppers.robust.gpd_tail.fit_tail`
+therefore shrinks its estimate to xi0 = 0 with 30 pseudo-exceedances. That default is wrong
+for whole deployments: bimodal rewards ("a few responses much better than most") put a cluster
+above a gap, which reads as a short, bounded tail; heavy-tailed reward models have xi ~ 0.3.
+A single pooled xi0 (:class:`~stoppers.robust.prior.TailPrior`) fixes one deployment shape but
+pulls the heavy-tailed prompts of a *mixed* deployment towards its light average.
+
+So this prior learns the *distribution* g of xi across the deployment's requests - the
+nonparametric maximum-likelihood mixing distribution of Kiefer and Wolfowitz on a fixed grid,
+fitted by EM (the "g-modeling" of empirical Bayes) - from each finished request's marginal
+likelihood of xi (its top exceedances, log sigma integrated out with a flat prior). A new
+request's shape is then its posterior mean under g: close to a shared xi when the deployment
+has one, and close to the cluster its own exceedances point to when the deployment has several.
+Only finished requests' observed rewards are learned from.
+
+Plain dataclass, JSON-safe (:meth:`XiPrior.to_dict` / :meth:`XiPrior.from_dict`); bounded: the
+likelihood rows of the last ``MAX_ROWS`` requests (18 numbers each).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.special import logsumexp
+
+from stoppers.robust.gpd_tail import choose_tail_size
+
+__all__ = ["XI_GRID", "XiPrior", "xi_log_likelihood"]
+
+XI_GRID = np.round(np.arange(-0.9, 0.81, 0.1), 10)  # the support of g (fit_tail keeps [-1, 0.9])
+_LOG_SIGMA = np.linspace(-2.5, 1.5, 17)  # log(sigma / mean exceedance): the nuisance grid
+BASE_SD = 0.18  # the base measure: N(0, 0.18^2) on XI_GRID, the unlearned default's spread
+BASE_WEIGHT = 2.0  # requests' worth of the base measure mixed into every EM step
+MIN_REQUESTS = 8  # requests learned before g replaces the fixed shrinkage
+MIN_REWARDS = 8  # shorter requests teach nothing (as TailPrior)
+MAX_ROWS = 256  # likelihood rows kept (newest)
+EM_STEPS = 25  # EM iterations per update, warm-started from the previous g
+ROW_DECIMALS = 4  # rows are stored rounded so that a JSON round trip is exact
+ROW_FLOOR = -50.0  # log-likelihoods below this are stored as it (JSON has no -inf)
+
+
+def xi_log_likelihood(exceedances: np.ndarray) -> np.ndarray:
+    """log p(y | xi) on :data:`XI_GRID`, sigma integrated out (flat in log sigma), max 0
+    (floored at ``ROW_FLOOR``: an xi whose support cannot hold y).
+
+    ``exceedances``: positive GPD exceedances y (any order). The sigma grid spans
+    e^-2.5 .. e^1.5 times their mean, which holds the likelihood's mass for every xi on the
+    grid (the GPD mean exceedance is sigma / (1 - xi)).
+    """
+    y = np.asarray(exceedances, dtype=np.float64)
+    sigma = float(y.mean()) * np.exp(_LOG_SIGMA)
+    r = y[None, None, :] / sigma[None, :, None]  # (1, sigmas, k)
+    xi = XI_GRID[:, None, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = 1.0 + xi * r
+        inside = z > 0.0  # xi < 0: the support ends at sigma / -xi
+        safe_xi = np.where(xi == 0.0, 1.0, xi)
+        log_tail = np.where(xi == 0.0, r, (1.0 + 1.0 / safe_xi) * np.log(np.where(inside, z, 1.0)))
+        log_density = np.where(inside, -np.log(sigma)[None, :, None] - log_tail, -np.inf)
+    out = logsumexp(log_density.sum(axis=2), axis=1)
+    return np.maximum(out - out.max(), ROW_FLOOR)
+
+
+def _base_measure() -> np.ndarray:
+    base = np.exp(-0.5 * (XI_GRID / BASE_SD) ** 2)
+    return base / base.sum()
+
+
+@dataclass
+class XiPrior:
+    """Learned mixing distribution ``g`` of the tail shape over :data:`XI_GRID`.
+
+    ``rows``: per learned request (newest last, at most ``MAX_ROWS``) its
+    :func:`xi_log_likelihood`; ``g``: the current EM estimate (persisted, so that a restored
+    prior decides exactly as before); ``requests``: requests learned in all.
+
+    ``xi0`` / ``weight`` are what :class:`~stoppers.robust.policy.TailPolicy` reads from any
+    tail prior: the unlearned default's shrinkage (xi0 = 0, 30 pseudo-exceedances), used until
+    :attr:`learned`; ``weight`` also stays the kappa margin's prior weight after that.
+    """
+
+    rows: list[list[float]] = field(default_factory=list, repr=False)
+    g: list[float] = field(default_factory=lambda: _base_measure().tolist())
+    requests: int = 0
+    xi0: float = field(default=0.0, init=False)
+    weight: float = field(default=30.0, init=False)
+
+    def __post_init__(self) -> None:
+        size = XI_GRID.size
+        if not (isinstance(self.rows, list) and len(self.rows) <= MAX_ROWS):
+            raise ValueError(f"rows must be a list of at most {MAX_ROWS} rows")
+        rows = []
+        for row in self.rows:
+            if not (isinstance(row, list | tuple) and len(row) == size):
+                raise ValueError(f"each row must hold {size} numbers")
+            values = [float(v) for v in row]
+            if not all(ROW_FLOOR <= v <= 0.0 for v in values) or max(values) != 0.0:
+                raise ValueError(f"rows must be log-likelihoods in [{ROW_FLOOR:g}, 0], maximum 0")
+            rows.append(values)
+        self.rows = rows
+        if not (isinstance(self.g, list | tuple) and len(self.g) == size):
+            raise ValueError(f"g must hold {size} numbers")
+        g = [float(v) for v in self.g]
+        if not (all(math.isfinite(v) and v >= 0.0 for v in g) and abs(sum(g) - 1.0) < 1e-6):
+            raise ValueError("g must be a probability vector")
+        self.g = g
+        if not (isinstance(self.requests, int) and self.requests >= len(self.rows)):
+            raise ValueError("requests must be an int >= the number of rows")
+
+    @property
+    def learned(self) -> bool:
+        """True once ``MIN_REQUESTS`` requests have been learned: g then decides."""
+        return self.requests >= MIN_REQUESTS
+
+    def update(self, rewards: Any) -> bool:
+        """Learn from one finished request's observed rewards; True if it counted.
+
+        Its top ``choose_tail_size(n)`` rewards above the next one are the exceedances (as in
+        :func:`~stoppers.robust.gpd_tail.fit_tail`); fewer than ``MIN_REWARDS`` rewards, a
+        non-finite one, or fewer than two distinct exceedances (all tied at a clip) teach
+        nothing.
+        """
+        x = np.sort(np.asarray(rewards, dtype=np.float64).ravel())
+        if x.size < MIN_REWARDS or not np.all(np.isfinite(x)):
+            return False
+        k = choose_tail_size(x.size)
+        y = x[x.size - k :] - x[x.size - k - 1]
+        y = y[y > 0.0]
+        if y.size < 2 or y[0] == y[-1]:
+            return False
+        row = np.round(xi_log_likelihood(y), ROW_DECIMALS)
+        self.rows.append(row.tolist())
+        del self.rows[:-MAX_ROWS]
+        self.requests += 1
+        self.g = _em(np.asarray(self.rows), np.asarray(self.g), EM_STEPS).tolist()
+        return True
+
+    def posterior_xi(self, exceedances: np.ndarray) -> float:
+        """Posterior mean of xi for a request with these exceedances, under g."""
+        log_post = np.log(np.maximum(np.asarray(self.g), 1e-300)) + xi_log_likelihood(exceedances)
+        post = np.exp(log_post - log_post.max())
+        return float(post @ XI_GRID / post.sum())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": [list(r) for r in self.rows], "g": list(self.g), "requests": self.requests}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> XiPrior:
+        """Restore :meth:`to_dict`'s snapshot (None: a fresh prior); ValueError on anything
+        it could not have written."""
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ValueError("the xi prior must be an object")
+        requests = data.get("requests", 0)
+        if not isinstance(requests, int) or isinstance(requests, bool):
+            raise ValueError("requests must be an int")
+        g = data.get("g", _base_measure().tolist())
+        return cls(rows=data.get("rows", []), g=g, requests=requests)
+
+
+def _em(rows: np.ndarray, g: np.ndarray, steps: int) -> np.ndarray:
+    """``steps`` EM iterations of the grid NPMLE of g, regularised by the base measure.
+
+    g_j <- (sum_i post_ij + BASE_WEIGHT base_j) / (requests + BASE_WEIGHT), post_ij the
+    posterior of grid point j for request i under the current g.
+    """
+    likelihood = np.exp(rows)
+    base = _base_measure()
+    for _ in range(steps):
+        post = likelihood * g
+        post /= post.sum(axis=1, keepdims=True)
+        g = (post.sum(axis=0) + BASE_WEIGHT * base) / (rows.shape[0] + BASE_WEIGHT)
+    return g

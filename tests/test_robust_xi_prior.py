@@ -1,0 +1,186 @@
+"""The deployment's learned distribution of the tail shape xi (stoppers.robust.xi_prior) and the
+cost-mode cold start that reads it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from stoppers.replay.synth import SynthSpec, generate
+from stoppers.robust import TailPandora
+from stoppers.robust.gpd_tail import choose_tail_size, fit_tail
+from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
+from stoppers.robust.xi_prior import (
+    MAX_ROWS,
+    MIN_REQUESTS,
+    ROW_FLOOR,
+    XI_GRID,
+    XiPrior,
+    xi_log_likelihood,
+)
+
+
+def _gpd(xi: float, size: int, seed: int) -> np.ndarray:
+    return np.sort(stats.genpareto(xi).rvs(size=size, random_state=seed))
+
+
+def _exceedances(rewards: np.ndarray) -> np.ndarray:
+    x = np.sort(rewards)
+    k = choose_tail_size(x.size)
+    return x[-k:] - x[-k - 1]
+
+
+@pytest.mark.parametrize("xi", [-0.5, 0.0, 0.4])
+def test_likelihood_peaks_at_the_true_shape_and_ignores_the_scale(xi):
+    y = _gpd(xi, 3000, seed=1)
+    row = xi_log_likelihood(y)
+    assert abs(XI_GRID[np.argmax(row)] - xi) <= 0.1 + 1e-9
+    assert row.max() == 0.0 and np.all(np.isfinite(row))
+    assert np.allclose(xi_log_likelihood(7.5 * y), row, atol=1e-9)
+
+
+def test_a_shape_whose_support_cannot_hold_the_data_gets_the_floor():
+    y = np.array([0.01] * 20 + [10.0])  # far beyond any short bounded tail's endpoint
+    row = xi_log_likelihood(y)
+    assert row[0] == ROW_FLOOR and np.all(np.isfinite(row))  # JSON-safe
+
+
+def _learn(prior: XiPrior, make, requests: int, seed: int) -> XiPrior:
+    rng = np.random.default_rng(seed)
+    for _ in range(requests):
+        prior.update(rng.normal(0.0, 2.0) + rng.lognormal(0.0, 0.4) * make(rng))
+    return prior
+
+
+def _bounded(rng):  # uniform rewards: a bounded tail (xi = -1)
+    return rng.uniform(size=60)
+
+
+def _heavy(rng):  # Student-t(2) rewards: xi = 0.5
+    return rng.standard_t(2.0, size=60)
+
+
+def _mean(prior: XiPrior) -> float:
+    return float(np.asarray(prior.g) @ XI_GRID)
+
+
+def test_one_shape_per_deployment_concentrates_g_on_its_side():
+    bounded = _learn(XiPrior(), _bounded, 60, seed=0)
+    heavy = _learn(XiPrior(), _heavy, 60, seed=1)
+    assert _mean(bounded) < -0.4 and _mean(heavy) > 0.15
+    y = _exceedances(np.random.default_rng(5).normal(size=40))  # a short, uninformative tail
+    assert bounded.posterior_xi(y) < 0.0 < heavy.posterior_xi(y)
+
+
+def test_a_mixed_deployment_keeps_each_request_near_its_own_kind():
+    """The scalar pooled xi0 pulls a heavy prompt towards the deployment's light average; the
+    learned distribution leaves it with the heavy cluster its own exceedances point to."""
+    rng = np.random.default_rng(2)
+    mixed = XiPrior()
+    for i in range(80):
+        make = _bounded if i % 2 else _heavy
+        mixed.update(rng.normal(0.0, 2.0) + make(rng))
+    heavy_y = _exceedances(np.random.default_rng(7).standard_t(2.0, size=300))
+    bounded_y = _exceedances(np.random.default_rng(8).uniform(size=300))
+    assert mixed.posterior_xi(heavy_y) > 0.2
+    assert mixed.posterior_xi(bounded_y) < -0.4
+
+
+def test_learned_only_after_enough_requests_and_only_from_usable_ones():
+    prior = XiPrior()
+    assert prior.update([1.0, 2.0, 3.0]) is False  # fewer than 8 rewards
+    assert prior.update([1.0, 2.0, np.nan] * 4) is False
+    assert prior.update([0.0] * 6 + [2.0] * 6) is False  # every exceedance tied (a clip)
+    rng = np.random.default_rng(0)
+    for _ in range(MIN_REQUESTS):
+        assert not prior.learned
+        assert prior.update(rng.normal(size=30)) is True
+    assert prior.learned and prior.requests == len(prior.rows) == MIN_REQUESTS
+    assert abs(sum(prior.g) - 1.0) < 1e-9
+
+
+def test_rows_are_bounded():
+    prior = XiPrior()
+    rng = np.random.default_rng(3)
+    for _ in range(MAX_ROWS + 20):
+        prior.update(rng.normal(size=12))
+    assert len(prior.rows) == MAX_ROWS and prior.requests == MAX_ROWS + 20
+
+
+def test_json_round_trip_is_exact_and_decides_the_same():
+    prior = _learn(XiPrior(), _heavy, 20, seed=4)
+    restored = XiPrior.from_dict(json.loads(json.dumps(prior.to_dict(), allow_nan=False)))
+    assert restored.to_dict() == prior.to_dict()
+    y = _gpd(0.2, 30, seed=9)
+    assert restored.posterior_xi(y) == prior.posterior_xi(y)
+    assert XiPrior.from_dict(None).to_dict() == XiPrior().to_dict()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"rows": [[0.0] * 5]},
+        {"rows": [[-1.0] * XI_GRID.size]},  # no maximum of 0
+        {"rows": [[0.0] + [ROW_FLOOR - 1.0] * (XI_GRID.size - 1)]},
+        {"rows": [[0.0] * XI_GRID.size] * (MAX_ROWS + 1), "requests": MAX_ROWS + 1},
+        {"g": [float("nan")] * XI_GRID.size},
+        {"g": [0.5] * XI_GRID.size},
+        {"g": [1.0]},
+        {"requests": -1},
+        {"requests": "3"},
+        {"requests": True},
+    ],
+)
+def test_hostile_snapshots_are_refused(change):
+    good = _learn(XiPrior(), _heavy, 3, seed=0).to_dict()
+    with pytest.raises(ValueError):
+        XiPrior.from_dict({**good, **change})
+    with pytest.raises(ValueError):
+        XiPrior.from_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_fit_tail_takes_the_posterior_shape_when_given():
+    values = np.sort(np.random.default_rng(1).normal(size=50))
+    fit = fit_tail(values, xi_posterior=lambda y: -0.3)
+    top = values[-fit.k :] - fit.u
+    assert fit.xi == -0.3 and fit.sigma == pytest.approx(top.mean() * 1.3)
+
+
+def _mixture_rows(prompts: int, seed: int) -> np.ndarray:
+    return generate(SynthSpec(family="mixture", prompts=prompts, samples=400, seed=seed))["rewards"]
+
+
+def test_cold_start_reads_the_cost_priors_learned_shapes():
+    """Bimodal prompts (a better mode of per-prompt weight) do not share a standardised shape,
+    so ShapePandora stays on its cold start; the learned tail shapes still end its search
+    sooner than the fixed shrinkage to xi = 0, which reads the gap as a long tail."""
+    prior = CostShapePrior()
+    for row in _mixture_rows(30, seed=1):
+        prior.update(row[:120])
+    assert prior.xi.learned and _mean(prior.xi) < -0.2
+    learned, fixed = [], []
+    for row in _mixture_rows(16, seed=2):
+        mine = ShapePandora(1e-3, max_samples=400, prior=prior)
+        ref = TailPandora(1e-3, max_samples=400)
+        for policy, out in ((mine, learned), (ref, fixed)):
+            for reward in row:
+                if policy.observe(float(reward)):
+                    break
+            out.append(policy.n)
+        assert not mine.warm  # the shape tests refuse the pooled shape: this is the cold start
+    assert np.mean(learned) < 0.85 * np.mean(fixed)
+
+
+def test_cost_prior_persists_its_xi_prior_and_old_snapshots_start_afresh():
+    prior = CostShapePrior()
+    for row in _mixture_rows(12, seed=3):
+        prior.update(row[:60])
+    restored = CostShapePrior.from_dict(json.loads(json.dumps(prior.to_dict(), allow_nan=False)))
+    assert restored.xi.to_dict() == prior.xi.to_dict() and restored.xi.learned
+    old = {k: v for k, v in prior.to_dict().items() if k != "xi"}
+    assert CostShapePrior.from_dict(old).xi.requests == 0
+    with pytest.raises(ValueError):
+        CostShapePrior.from_dict({**prior.to_dict(), "xi": {"g": [1.0]}})
