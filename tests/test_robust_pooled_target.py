@@ -11,6 +11,7 @@ import pytest
 from stoppers.replay.metrics import acceptance_rate
 from stoppers.robust.pooled_target import PooledTargetAcceptance
 from stoppers.robust.shape_prior import ShapePrior
+from stoppers.robust.target import TailTargetAcceptance
 
 
 def _learned(prompts=40, samples=200, seed=0, df=None):
@@ -240,3 +241,37 @@ def test_target_report_per_prompt_policy_is_the_default_rule_with_less_scale_shr
     assert prior.scale_shrink == target_report.PER_PROMPT_SHRINK == 0.25
     assert isinstance(make(prior), PooledTargetAcceptance)
     assert target_report._maker("pooled", 0.9, 60)[1]().scale_shrink == 1.0
+
+
+def test_acceptance_floor_bounds_every_policy_that_keeps_its_best(tmp_path, capsys):
+    """Best-of-m on the replayed streams is what any policy with min_samples = m delivers at
+    least, stream by stream; a target below the floor's median by more than 0.03 is out of
+    reach."""
+    from stoppers.replay.deployment import deployment_summaries, replay_deployment
+    from stoppers.robust import target_report
+
+    rng = np.random.default_rng(4)
+    rewards = rng.normal(rng.normal(0, 2, (12, 1)), 1.0, (12, 200))
+    rewards[:6, :] = np.where(rng.random((6, 200)) < 0.4, 3.0, rewards[:6, :])  # a frequent top
+    floor = target_report.acceptance_floor(rewards, 8, orderings=5)
+    assert floor.shape == (12,) and np.all((floor > 0) & (floor <= 1))
+    assert np.all(target_report.acceptance_floor(rewards, 2, orderings=5) < floor)
+    run = replay_deployment(
+        rewards,
+        lambda _p: TailTargetAcceptance(0.5, min_samples=8, max_samples=200),
+        None,
+        orderings=5,
+        seed=0,
+    )
+    achieved = deployment_summaries(rewards, targets={0.5: run}).target_acceptance[0]
+    assert np.all(achieved >= floor - 1e-12)
+    with pytest.raises(ValueError):
+        target_report.acceptance_floor(rewards, 0, orderings=5)
+    path = tmp_path / "pool.npz"
+    np.savez(path, rewards=rewards)
+    assert target_report.main(["floor", str(path), "--min-samples", "1,8", "--orderings", "5"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("| min samples") and len(lines) == 4
+    median = float(np.median(floor))
+    expected = [f"{t:g}" for t in target_report.TARGETS if median > t + 0.03]
+    assert lines[3] == f"| 8 | {median:.3f} | {', '.join(expected) or 'none'} |"

@@ -2,9 +2,9 @@
 
 For each n in (10, 100, 960) a policy is fed n - 1 Student-t(3) rewards with a cost / target
 it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t requests, c =
-1e-12, inflation 50; TailPandora+XiPrior: the xi distribution those requests taught), then ``observe`` of one more reward is timed on ``--repeats`` copies of
-that state (each copy gets a fresh reward, so the refit branch is hit as often as in a real
-stream).
+1e-12, inflation 50; TailPandora+XiPrior: the xi distribution those requests taught), then
+``observe`` of one more reward is timed on ``--repeats`` copies of that state (each copy gets
+a fresh reward, so the refit branch is hit as often as in a real stream).
 Prints median and p99 in microseconds. Timings on a shared machine are noisy: compare figures
 from one run, not across runs.
 """

@@ -25,7 +25,10 @@ mean over prompts and the mean by thirds of the prompts ranked by their reward s
 full row): a rule that keeps its promise prompt by prompt has equal thirds.
 
 ``run`` writes one JSON per (pool, policy); ``table`` renders the README table from them
-(``table --spread``: the per-spread table).
+(``table --spread``: the per-spread table). ``floor`` prints what no rule can go below: a
+policy that keeps its best and sees at least m rewards delivers, on every stream, at least the
+acceptance of Best-of-m on that stream - so where the median over prompts of Best-of-m's
+acceptance exceeds a target by more than 0.03, that target cannot be met at min_samples = m.
 """
 
 from __future__ import annotations
@@ -52,9 +55,18 @@ from stoppers.robust.shape_prior import (
     build_table,
 )
 
-__all__ = ["PoolShapeOracle", "main", "render_spread_table", "render_table", "run_one"]
+__all__ = [
+    "PoolShapeOracle",
+    "acceptance_floor",
+    "main",
+    "render_floor",
+    "render_spread_table",
+    "render_table",
+    "run_one",
+]
 
 TARGETS = (0.7, 0.8, 0.9, 0.95)
+TOLERANCE = 0.03  # the issue's |achieved - target| bound
 POLICIES = (
     "pooled",
     "pooled-per-prompt",
@@ -186,6 +198,55 @@ def run_one(
         rows["reasons"] = dict(zip(reasons.tolist(), counts.tolist(), strict=True))
         out[str(target)] = rows
     return out
+
+
+def acceptance_floor(
+    rewards: np.ndarray,
+    min_samples: int,
+    *,
+    orderings: int,
+    seed: int = 0,
+    max_samples: int | None = None,
+) -> np.ndarray:
+    """Per prompt, the mean acceptance of Best-of-``min_samples`` on the streams ``run`` replays.
+
+    AR is non-decreasing in the reward, so any policy that returns its best after at least
+    ``min_samples`` rewards gets at least this, stream by stream.
+    """
+    from stoppers.replay.baselines import fixed_acceptance_curves
+    from stoppers.replay.deployment import deployment_batch
+
+    if min_samples < 1:
+        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
+    batch = deployment_batch(rewards, orderings=orderings, seed=seed, max_samples=max_samples)
+    curves = fixed_acceptance_curves(batch)
+    return curves[:, min(min_samples, curves.shape[1]) - 1]
+
+
+def render_floor(
+    rewards: np.ndarray,
+    min_samples: tuple[int, ...],
+    *,
+    orderings: int,
+    seed: int = 0,
+    max_samples: int | None = None,
+) -> str:
+    """Markdown rows: min samples, the median floor over prompts, the targets it rules out."""
+    lines = [
+        "| min samples | Best-of-m acceptance (median over prompts) | targets out of reach |",
+        "| --- | --- | --- |",
+    ]
+    for m in min_samples:
+        floor = float(
+            np.median(
+                acceptance_floor(
+                    rewards, m, orderings=orderings, seed=seed, max_samples=max_samples
+                )
+            )
+        )
+        out = [f"{t:g}" for t in TARGETS if floor > t + TOLERANCE]
+        lines.append(f"| {m} | {floor:.3f} | {', '.join(out) or 'none'} |")
+    return "\n".join(lines)
 
 
 def _report(directory: Path, pool: str, policy: str) -> dict | None:
@@ -334,7 +395,27 @@ def main(argv: list[str] | None = None) -> int:
     table.add_argument(
         "--spread", action="store_true", help="the per-spread table (median, mean, thirds)"
     )
+    floor = sub.add_parser("floor", help="the acceptance no rule can go below, per min_samples")
+    floor.add_argument("file", help=".npz with a 'rewards' (prompts x samples) array")
+    floor.add_argument("--prompts", type=int, help="first N prompts")
+    floor.add_argument("--min-samples", default="2,4,8", help="comma-separated floors")
+    floor.add_argument("--orderings", type=int, default=100)
+    floor.add_argument("--max-samples", type=int)
+    floor.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.command == "floor":
+        rewards = np.load(args.file)["rewards"][: args.prompts]
+        sizes = tuple(int(m) for m in args.min_samples.split(","))
+        print(
+            render_floor(
+                rewards,
+                sizes,
+                orderings=args.orderings,
+                seed=args.seed,
+                max_samples=args.max_samples,
+            )
+        )
+        return 0
     if args.command == "table":
         render = render_spread_table if args.spread else render_table
         print(render(Path(args.out), args.pools))
