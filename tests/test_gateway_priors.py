@@ -218,9 +218,11 @@ def test_prior_survives_a_restart(fake_upstream, tmp_path):
     state = tmp_path / "priors.json"
     entry = _serve_learning(fake_upstream, state, requests=2)
     assert entry["state"]["requests"] == 2  # the default cost prior (CostShapePrior) counts them
+    assert entry["state"]["xi"]["requests"] == 2  # and its tail-shape distribution learns them
     # A new process restores it and keeps learning from there.
     entry = _serve_learning(fake_upstream, state, requests=1)
     assert entry["state"]["requests"] == 3
+    assert entry["state"]["xi"]["requests"] == 3 and len(entry["state"]["xi"]["rows"]) == 3
     assert not list(tmp_path.glob(".priors.json.*"))  # no temp file left behind
 
 
