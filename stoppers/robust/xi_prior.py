@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import logsumexp
 
 from stoppers.robust.gpd_tail import choose_tail_size
 
@@ -35,6 +34,8 @@ __all__ = ["XI_GRID", "XiPrior", "xi_log_likelihood"]
 
 XI_GRID = np.round(np.arange(-0.9, 0.81, 0.1), 10)  # the support of g (fit_tail keeps [-1, 0.9])
 _LOG_SIGMA = np.linspace(-2.5, 1.5, 17)  # log(sigma / mean exceedance): the nuisance grid
+_NONZERO = XI_GRID != 0.0
+_XI_NONZERO = XI_GRID[_NONZERO]
 BASE_SD = 0.18  # the base measure: N(0, 0.18^2) on XI_GRID, the unlearned default's spread
 BASE_WEIGHT = 2.0  # requests' worth of the base measure mixed into every EM step
 MIN_REQUESTS = 8  # requests learned before g replaces the fixed shrinkage
@@ -55,16 +56,30 @@ def xi_log_likelihood(exceedances: np.ndarray) -> np.ndarray:
     """
     y = np.asarray(exceedances, dtype=np.float64)
     sigma = float(y.mean()) * np.exp(_LOG_SIGMA)
-    r = y[None, None, :] / sigma[None, :, None]  # (1, sigmas, k)
-    xi = XI_GRID[:, None, None]
+    r = y[None, :] / sigma[:, None]  # (sigmas, k)
+    # sum_k log f(y_k) = -k log sigma - (1 + 1/xi) sum_k log(1 + xi r_k)  (xi != 0)
+    #                  = -k log sigma - sum_k r_k                          (xi = 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = 1.0 + xi * r
-        inside = z > 0.0  # xi < 0: the support ends at sigma / -xi
-        safe_xi = np.where(xi == 0.0, 1.0, xi)
-        log_tail = np.where(xi == 0.0, r, (1.0 + 1.0 / safe_xi) * np.log(np.where(inside, z, 1.0)))
-        log_density = np.where(inside, -np.log(sigma)[None, :, None] - log_tail, -np.inf)
-    out = logsumexp(log_density.sum(axis=2), axis=1)
+        log_z = np.log1p(_XI_NONZERO[:, None, None] * r[None, :, :])  # nan off the support
+        inside = 1.0 + _XI_NONZERO[:, None] * r.max(axis=1)[None, :] > 0.0  # (xi, sigma)
+        tail = np.empty((XI_GRID.size, sigma.size))
+        tail[_NONZERO] = np.where(
+            inside, (1.0 + 1.0 / _XI_NONZERO)[:, None] * log_z.sum(axis=2), np.inf
+        )
+        tail[~_NONZERO] = r.sum(axis=1)
+    log_lik = -y.size * np.log(sigma)[None, :] - tail
+    out = _log_sum_exp_rows(log_lik)
     return np.maximum(out - out.max(), ROW_FLOOR)
+
+
+def _log_sum_exp_rows(x: np.ndarray) -> np.ndarray:
+    """log sum_j exp(x_ij) per row (-inf for a row of -inf). scipy.special.logsumexp gives the
+    same to 1e-15 but costs ~8x as much on these 18 x 17 arrays, and this runs on every refit of
+    a request's tail."""
+    top = x.max(axis=1)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return top + np.log(np.exp(x - top[:, None]).sum(axis=1))
 
 
 def _base_measure() -> np.ndarray:
