@@ -89,6 +89,20 @@ def test_a_mixed_deployment_keeps_each_request_near_its_own_kind():
     assert mixed.posterior_xi(bounded_y) < -0.4
 
 
+def test_the_shape_is_the_posterior_mean_plus_one_posterior_sd():
+    rng = np.random.default_rng(2)
+    mixed = XiPrior()
+    for i in range(80):
+        mixed.update(rng.normal(0.0, 2.0) + (_bounded if i % 2 else _heavy)(rng))
+    short = _exceedances(np.random.default_rng(3).normal(size=16))  # says little on its own
+    post = np.asarray(mixed.g) * np.exp(xi_log_likelihood(short))
+    post /= post.sum()
+    mean = post @ XI_GRID
+    sd = np.sqrt(post @ (XI_GRID - mean) ** 2)
+    assert sd > 0.2  # the request cannot tell which kind of tail it has
+    assert mixed.posterior_xi(short) == pytest.approx(mean + sd, abs=1e-12)
+
+
 def test_learned_only_after_enough_requests_and_only_from_usable_ones():
     prior = XiPrior()
     assert prior.update([1.0, 2.0, 3.0]) is False  # fewer than 8 rewards

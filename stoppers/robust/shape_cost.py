@@ -25,7 +25,7 @@ shared-shape tests passed - or without a prior, the policy is
 :class:`CostShapePrior` the cold start's tail shape comes from the deployment's learned
 distribution of xi (:class:`~stoppers.robust.xi_prior.XiPrior`, once it has learned from 8
 requests) instead of a fixed shrinkage to xi = 0: prompts that do not share a standardised
-shape (bimodal rewards with per-prompt weights, mixed families) still share *kinds* of tail.
+shape (bimodal rewards with per-prompt weights) can still share a kind of tail.
 It is the gateway's default cost policy (``stoppers.default_cost_policy``).
 
 Cost per observation: the gain (~25 x the bins between best and kappa) is recomputed on every

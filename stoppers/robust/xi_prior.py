@@ -13,8 +13,11 @@ nonparametric maximum-likelihood mixing distribution of Kiefer and Wolfowitz on 
 fitted by EM (the "g-modeling" of empirical Bayes) - from each finished request's marginal
 likelihood of xi (its top exceedances, log sigma integrated out with a flat prior). A new
 request's shape is then its posterior mean under g: close to a shared xi when the deployment
-has one, and close to the cluster its own exceedances point to when the deployment has several.
-Only finished requests' observed rewards are learned from.
+has one, near the cluster its own exceedances point to when the deployment has several. It
+adds one posterior standard deviation of optimism (``OPTIMISM``): where the requests' tails
+differ and a short request cannot tell which kind it has, its posterior is wide, and stopping
+on a light tail it does not have costs more than one more sample. Only finished requests'
+observed rewards are learned from.
 
 Plain dataclass, JSON-safe (:meth:`XiPrior.to_dict` / :meth:`XiPrior.from_dict`); bounded: the
 likelihood rows of the last ``MAX_ROWS`` requests (18 numbers each).
@@ -39,6 +42,13 @@ _XI_NONZERO = XI_GRID[_NONZERO]
 BASE_SD = 0.18  # the base measure: N(0, 0.18^2) on XI_GRID, the unlearned default's spread
 BASE_WEIGHT = 2.0  # requests' worth of the base measure mixed into every EM step
 MIN_REQUESTS = 8  # requests learned before g replaces the fixed shrinkage
+# Optimism on the shape, in posterior standard deviations (the UCB of the paper's Pandora's box
+# rule, as TailPandora's scale_z = 1 on the tail scale): a request's xi is its posterior mean
+# plus this. With the mean alone, short requests of a deployment whose tails differ (the
+# AlpacaEval pool: a quarter of g at the bound -0.9 from clipped judge scores) took the lighter
+# average and stopped too soon: 0.9948 -> 0.9925 of the best fixed N at c = 1e-3 in 805-prompt
+# deployments; with one sd, 0.9958 -> 0.9990 (scratch, 6 deployments).
+OPTIMISM = 1.0
 MIN_REWARDS = 8  # shorter requests teach nothing (as TailPrior)
 MAX_ROWS = 256  # likelihood rows kept (newest)
 EM_STEPS = 25  # EM iterations per update, warm-started from the previous g
@@ -130,7 +140,7 @@ class XiPrior:
 
     @property
     def learned(self) -> bool:
-        """True once ``MIN_REQUESTS`` requests have been learned: g then decides."""
+        """True once ``MIN_REQUESTS`` requests have been learned."""
         return self.requests >= MIN_REQUESTS
 
     def update(self, rewards: Any) -> bool:
@@ -157,10 +167,13 @@ class XiPrior:
         return True
 
     def posterior_xi(self, exceedances: np.ndarray) -> float:
-        """Posterior mean of xi for a request with these exceedances, under g."""
+        """The shape a request with these exceedances uses: its posterior mean of xi under g
+        plus ``OPTIMISM`` posterior standard deviations."""
         log_post = np.log(np.maximum(np.asarray(self.g), 1e-300)) + xi_log_likelihood(exceedances)
         post = np.exp(log_post - log_post.max())
-        return float(post @ XI_GRID / post.sum())
+        post /= post.sum()
+        mean = float(post @ XI_GRID)
+        return mean + OPTIMISM * math.sqrt(max(float(post @ (XI_GRID - mean) ** 2), 0.0))
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": [list(r) for r in self.rows], "g": list(self.g), "requests": self.requests}
