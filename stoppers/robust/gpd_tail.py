@@ -21,7 +21,7 @@ The shape xi is estimated by Zhang & Stephens (2009, Technometrics 51:316) - a q
 estimator that stays sane down to a handful of exceedances - and then shrunk towards a prior
 shape ``xi0`` with weight ``prior_weight`` pseudo-exceedances; the prior can be learned across
 the prompts of one deployment, as one pooled xi0 (:class:`stoppers.robust.prior.TailPrior`) or
-as a distribution of xi whose posterior mean replaces the shrinkage
+as a distribution of xi whose posterior (mean plus one sd) replaces the shrinkage
 (:class:`stoppers.robust.xi_prior.XiPrior`, what the default cost policy's cold start learns).
 
 All quantities are computed relative to ``u`` (exceedances ``v - u``), so adding a constant to
@@ -217,8 +217,8 @@ def fit_tail(
     re-solved so that the fitted mean exceedance ``sigma / (1 - xi)`` equals the observed one
     (the mean is the best-determined statistic of a small sample). xi is kept in [-1, 0.9] so
     that the mean exceedance exists. ``xi_posterior(exceedances)``, when given, replaces the
-    shrinkage: the shape is then that posterior estimate (a deployment's learned distribution
-    of xi, :class:`~stoppers.robust.xi_prior.XiPrior`).
+    shrinkage: the shape is then what it returns for the exceedances (a deployment's learned
+    distribution of xi, :meth:`~stoppers.robust.xi_prior.XiPrior.posterior_xi`).
     """
     values = np.asarray(sorted_rewards, dtype=float)
     n = values.size
