@@ -143,6 +143,8 @@ def test_json_round_trip_is_exact_and_decides_the_same():
         {"g": [float("nan")] * XI_GRID.size},
         {"g": [0.5] * XI_GRID.size},
         {"g": [1.0]},
+        {"g": ["0.5"] + [0.5] + [0.0] * (XI_GRID.size - 2)},
+        {"rows": [[0.0] * (XI_GRID.size - 1) + [{}]]},
         {"requests": -1},
         {"requests": "3"},
         {"requests": True},

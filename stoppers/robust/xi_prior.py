@@ -124,14 +124,14 @@ class XiPrior:
         for row in self.rows:
             if not (isinstance(row, list | tuple) and len(row) == size):
                 raise ValueError(f"each row must hold {size} numbers")
-            values = [float(v) for v in row]
+            values = _numbers(row, "rows")
             if not all(ROW_FLOOR <= v <= 0.0 for v in values) or max(values) != 0.0:
                 raise ValueError(f"rows must be log-likelihoods in [{ROW_FLOOR:g}, 0], maximum 0")
             rows.append(values)
         self.rows = rows
         if not (isinstance(self.g, list | tuple) and len(self.g) == size):
             raise ValueError(f"g must hold {size} numbers")
-        g = [float(v) for v in self.g]
+        g = _numbers(self.g, "g")
         if not (all(math.isfinite(v) and v >= 0.0 for v in g) and abs(sum(g) - 1.0) < 1e-6):
             raise ValueError("g must be a probability vector")
         self.g = g
@@ -191,6 +191,13 @@ class XiPrior:
             raise ValueError("requests must be an int")
         g = data.get("g", _base_measure().tolist())
         return cls(rows=data.get("rows", []), g=g, requests=requests)
+
+
+def _numbers(values: Any, name: str) -> list[float]:
+    """The values as floats; ValueError unless each is a real number (bools and strings are not)."""
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"{name} must hold numbers")
+    return [float(v) for v in values]
 
 
 def _em(rows: np.ndarray, g: np.ndarray, steps: int) -> np.ndarray:
