@@ -11,7 +11,7 @@ from scipy import stats
 
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust import TailPandora
-from stoppers.robust.gpd_tail import choose_tail_size, fit_tail
+from stoppers.robust.gpd_tail import fit_tail, tail_exceedances
 from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
 from stoppers.robust.xi_prior import (
     MAX_ROWS,
@@ -28,9 +28,7 @@ def _gpd(xi: float, size: int, seed: int) -> np.ndarray:
 
 
 def _exceedances(rewards: np.ndarray) -> np.ndarray:
-    x = np.sort(rewards)
-    k = choose_tail_size(x.size)
-    return x[-k:] - x[-k - 1]
+    return tail_exceedances(np.sort(rewards))[1]
 
 
 @pytest.mark.parametrize("xi", [-0.5, 0.0, 0.4])

@@ -47,7 +47,7 @@ class TailPandora(TailPolicy):
     xi_z: optimism on the tail shape for the gain: xi + xi_z * (1 + xi) / sqrt(k + w), the
         GPD shape's standard error with w prior pseudo-exceedances (0: off).
     prior: cross-prompt shape prior: a :class:`TailPrior` (pooled xi0) or a learned
-        :class:`~stoppers.robust.xi_prior.XiPrior` (posterior mean of xi); None uses
+        :class:`~stoppers.robust.xi_prior.XiPrior` (posterior mean of xi plus one sd); None uses
         ``TailPrior()``.
     """
 

@@ -56,6 +56,17 @@ def choose_tail_size(n: int) -> int:
     return max(1, min(n // 2, 10 + n // 10))
 
 
+def tail_exceedances(sorted_values: np.ndarray, k: int | None = None) -> tuple[float, np.ndarray]:
+    """(u, y): the threshold - the (k+1)-th largest value, k = ``choose_tail_size(n)`` unless
+    given - and the exceedances y = v - u > 0 of the top k, ascending. ``sorted_values``:
+    ascending, at least k + 1 of them."""
+    n = sorted_values.size
+    k = choose_tail_size(n) if k is None else k
+    u = float(sorted_values[n - k - 1])
+    top = sorted_values[n - k :]
+    return u, top[top > u] - u
+
+
 def zhang_stephens_gpd(exceedances: np.ndarray) -> tuple[float, float]:
     """Zhang & Stephens (2009) estimate of GPD (sigma, xi) from sorted positive exceedances.
 
@@ -224,10 +235,7 @@ def fit_tail(
     n = values.size
     if n < 3:
         return None
-    k = choose_tail_size(n) if k is None else k
-    u = float(values[n - k - 1])
-    top = values[n - k :]
-    y = top[top > u] - u
+    u, y = tail_exceedances(values, k)
     kk = y.size
     if kk < 2:
         return None

@@ -213,13 +213,24 @@ def acceptance_floor(
     AR is non-decreasing in the reward, so any policy that returns its best after at least
     ``min_samples`` rewards gets at least this, stream by stream.
     """
+    if min_samples < 1:
+        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
+    curves = _best_of_curves(rewards, orderings=orderings, seed=seed, max_samples=max_samples)
+    return _floor_of(curves, min_samples)
+
+
+def _best_of_curves(
+    rewards: np.ndarray, *, orderings: int, seed: int, max_samples: int | None
+) -> np.ndarray:
+    """(prompts, N): mean acceptance of Best-of-N on the streams ``run`` replays."""
     from stoppers.replay.baselines import fixed_acceptance_curves
     from stoppers.replay.deployment import deployment_batch
 
-    if min_samples < 1:
-        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
     batch = deployment_batch(rewards, orderings=orderings, seed=seed, max_samples=max_samples)
-    curves = fixed_acceptance_curves(batch)
+    return fixed_acceptance_curves(batch)
+
+
+def _floor_of(curves: np.ndarray, min_samples: int) -> np.ndarray:
     return curves[:, min(min_samples, curves.shape[1]) - 1]
 
 
@@ -236,14 +247,11 @@ def render_floor(
         "| min samples | Best-of-m acceptance (median over prompts) | targets out of reach |",
         "| --- | --- | --- |",
     ]
-    for m in min_samples:
-        floor = float(
-            np.median(
-                acceptance_floor(
-                    rewards, m, orderings=orderings, seed=seed, max_samples=max_samples
-                )
-            )
-        )
+    if any(m < 1 for m in min_samples):
+        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
+    curves = _best_of_curves(rewards, orderings=orderings, seed=seed, max_samples=max_samples)
+    for m in min_samples:  # one replay of the streams serves every floor
+        floor = float(np.median(_floor_of(curves, m)))
         out = [f"{t:g}" for t in TARGETS if floor > t + TOLERANCE]
         lines.append(f"| {m} | {floor:.3f} | {', '.join(out) or 'none'} |")
     return "\n".join(lines)

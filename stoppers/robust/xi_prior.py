@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from stoppers.robust.gpd_tail import choose_tail_size
+from stoppers.robust.gpd_tail import tail_exceedances
 
 __all__ = ["XI_GRID", "XiPrior", "xi_log_likelihood"]
 
@@ -146,17 +146,15 @@ class XiPrior:
     def update(self, rewards: Any) -> bool:
         """Learn from one finished request's observed rewards; True if it counted.
 
-        Its top ``choose_tail_size(n)`` rewards above the next one are the exceedances (as in
-        :func:`~stoppers.robust.gpd_tail.fit_tail`); fewer than ``MIN_REWARDS`` rewards, a
+        Its exceedances are those :func:`~stoppers.robust.gpd_tail.fit_tail` fits
+        (:func:`~stoppers.robust.gpd_tail.tail_exceedances`); fewer than ``MIN_REWARDS`` rewards, a
         non-finite one, or fewer than two distinct exceedances (all tied at a clip) teach
         nothing.
         """
         x = np.sort(np.asarray(rewards, dtype=np.float64).ravel())
         if x.size < MIN_REWARDS or not np.all(np.isfinite(x)):
             return False
-        k = choose_tail_size(x.size)
-        y = x[x.size - k :] - x[x.size - k - 1]
-        y = y[y > 0.0]
+        _, y = tail_exceedances(x)
         if y.size < 2 or y[0] == y[-1]:
             return False
         row = np.round(xi_log_likelihood(y), ROW_DECIMALS)
