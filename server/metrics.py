@@ -40,6 +40,7 @@ STOP_REASONS = (
     "patience",  # stoppers.Patience
     "tied",  # stoppers.robust: the best is tied at a ceiling (e.g. an upper clip)
     "ceiling",  # stoppers.robust: the best is the top of the deployment's reward scale
+    "floor",  # stoppers.robust: every reward at the bottom of the deployment's scale, long enough
     "other",
 )
 UPSTREAM_ERROR_KINDS = (

@@ -16,7 +16,9 @@ too early on a heavy tail is what costs most profit; sampling one more costs onl
 
 Until the tail can be fitted (fewer than two distinct rewards above the threshold) the policy
 keeps sampling - unless the ties say the best is the top of the support (stop reason "tied",
-:meth:`stoppers.robust.tracker.TailTracker.tied_ceiling`).
+:meth:`stoppers.robust.tracker.TailTracker.tied_ceiling`). Rewards all at the deployment's
+floor are no point mass: they stop (reason "floor") once the rule of succession bounds one more
+draw's gain by the cost (:func:`stoppers.robust.ceiling.floor_gain_bound`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from stoppers.robust.ceiling import floor_gain_bound
 from stoppers.robust.gpd_tail import TailFit
 from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
@@ -49,6 +52,8 @@ class TailPandora(TailPolicy):
     prior: cross-prompt shape prior: a :class:`TailPrior` (pooled xi0) or a learned
         :class:`~stoppers.robust.xi_prior.XiPrior` (posterior mean of xi plus one sd); None uses
         ``TailPrior()``.
+    floor: the deployment's established reward floor (:func:`~stoppers.robust.ceiling.floor_of`)
+        or None.
     """
 
     all_tied = COST_ALL_TIED
@@ -64,6 +69,7 @@ class TailPandora(TailPolicy):
         scale_z: float = 1.0,
         xi_z: float = 0.0,
         prior: TailPrior | XiPrior | None = None,
+        floor: float | None = None,
     ) -> None:
         cost = float(cost)
         if not (cost > 0.0 and math.isfinite(cost)):
@@ -76,6 +82,7 @@ class TailPandora(TailPolicy):
             max_samples=max_samples,
             kappa_z=kappa_z,
             prior=prior,
+            floor=floor,
         )
         for name, z in (("scale_z", scale_z), ("xi_z", xi_z)):
             if not (z >= 0.0 and math.isfinite(z)):
@@ -101,6 +108,9 @@ class TailPandora(TailPolicy):
             assert self._optimistic is not None  # set with the fit
             self._gain = self._optimistic.expected_gain(self._best - fit.u, self._kappa_off)
         return "threshold" if self._gain <= self.cost else None
+
+    def _floor_test(self, n: int) -> bool:
+        return floor_gain_bound(n, self.alpha) <= self.cost
 
 
 def default_kappa_z(cost: float) -> float:

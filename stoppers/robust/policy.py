@@ -1,8 +1,10 @@
 """What both GPD-tail policies share: validation, the tail tracker, the benchmark estimate.
 
 Each observation: add the reward to the :class:`~stoppers.robust.tracker.TailTracker`, stop on a
-tied ceiling, and, whenever the tail fit changes, recompute the benchmark offset kappa_hat - u
-(:func:`kappa_offset`). Subclasses add only their mode's stop test (:meth:`TailPolicy._test`).
+tied ceiling (all rewards at the deployment's floor: on the mode's rule-of-succession test,
+:mod:`stoppers.robust.ceiling`), and, whenever the tail fit changes, recompute the benchmark
+offset kappa_hat - u (:func:`kappa_offset`). Subclasses add only their mode's stop tests
+(:meth:`TailPolicy._test`, :meth:`TailPolicy._floor_test`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class TailPolicy(StoppingPolicy):
         max_samples: int | None,
         kappa_z: float,
         prior: TailPrior | XiPrior | None,
+        floor: float | None = None,
     ) -> None:
         super().__init__(max_samples=max_samples)
         if not (0.0 < alpha < 1.0):
@@ -42,6 +45,9 @@ class TailPolicy(StoppingPolicy):
         self.alpha = float(alpha)
         self.kappa_z = float(kappa_z)
         self.prior = prior if prior is not None else TailPrior()
+        if floor is not None and not math.isfinite(floor):
+            raise ValueError(f"floor must be finite or None, got {floor!r}")
+        self.floor = floor
         learned = isinstance(self.prior, XiPrior) and self.prior.learned
         self._tracker = TailTracker(
             xi0=self.prior.xi0,
@@ -74,6 +80,8 @@ class TailPolicy(StoppingPolicy):
         tracker = self._tracker
         refit = tracker.add(reward)
         fit = tracker.fit
+        if self._best == self.floor:  # every reward at the bottom of the scale: no point mass
+            return "floor" if self._n >= self.min_samples and self._floor_test(self._n) else None
         if tracker.tied_ceiling(self.min_samples, self.all_tied):
             return "tied"
         if fit is None:
@@ -92,6 +100,10 @@ class TailPolicy(StoppingPolicy):
 
     def _test(self, fit: TailFit, *, refresh: bool) -> str | None:
         """The mode's stop test; ``refresh`` says the cached statistic is stale."""
+        raise NotImplementedError
+
+    def _floor_test(self, n: int) -> bool:
+        """The mode's stop test after ``n`` rewards all at the deployment's floor."""
         raise NotImplementedError
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from stoppers.base import StoppingPolicy
-from stoppers.robust.ceiling import ceiling_of
+from stoppers.robust.ceiling import ceiling_of, floor_acceptance_bound, floor_of
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.shape_prior import ShapePrior, StopTable
 from stoppers.robust.target import TailTargetAcceptance
@@ -75,8 +75,11 @@ class PooledTargetAcceptance(StoppingPolicy):
             self._table = prior.table(
                 target, min_samples=self.min_samples, horizon=horizon, alpha=self.alpha
             )
+        self._floor = floor_of(prior)
         if self._table is None:
-            self._fallback = TailTargetAcceptance(target, alpha=alpha, min_samples=self.min_samples)
+            self._fallback = TailTargetAcceptance(
+                target, alpha=alpha, min_samples=self.min_samples, floor=self._floor
+            )
         self._mean = 0.0
         self._m2 = 0.0
         self._scale = math.nan
@@ -117,6 +120,8 @@ class PooledTargetAcceptance(StoppingPolicy):
         self._m2 += delta * (reward - self._mean)
         if n < self.min_samples:
             return None
+        if self._best == self._floor:  # every reward at the bottom of the scale
+            return "floor" if floor_acceptance_bound(n, self.alpha) >= self.target else None
         if self._ties.ceiling(self._mean, self._best):
             return "tied"  # the best seen 3 times above lower rewards: a ceiling (clipped scores)
         table = self._table

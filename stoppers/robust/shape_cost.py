@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from stoppers.base import StoppingPolicy
-from stoppers.robust.ceiling import ceiling_of
+from stoppers.robust.ceiling import ceiling_of, floor_gain_bound, floor_of
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.policy import _default_min_samples
@@ -193,7 +193,7 @@ class CostShapePrior(ShapePrior):
                     self.bin_requests += 1
                     self.bin_draws += z.size
             return learned or tail_learned
-        self.ceiling.note(x)  # (super().update notes the longer requests)
+        self.note_ends(x)  # (super().update notes the longer requests)
         if x.size < SCALE_MIN_REWARDS:
             return tail_learned
         sd = float(x.std(ddof=1))
@@ -334,7 +334,8 @@ class LearnedShapeCost(StoppingPolicy):
     :class:`TailPandora` cold start, shifted running sums of the rewards and the ceiling rule.
     Subclasses decide when warm in :meth:`_warm_decide`; they call :meth:`_start_cold` when
     their prior is not (yet) trusted. A best at the prior's established ceiling
-    (:mod:`stoppers.robust.ceiling`) stops, warm or cold."""
+    (:mod:`stoppers.robust.ceiling`) stops, warm or cold; rewards all at its established floor
+    stop once the rule of succession bounds one more draw's gain by the cost."""
 
     # replay --deployment: how to make a fresh prior per simulated deployment
     deployment_prior = staticmethod(cost_shape_prior)
@@ -361,6 +362,7 @@ class LearnedShapeCost(StoppingPolicy):
         self._shift = 0.0  # first reward: sums of shifted rewards keep the variance exact
         self._ties = BestTies()
         self._ceiling = ceiling_of(prior)
+        self._floor = floor_of(prior)
         self._sum = 0.0
         self._sum_sq = 0.0
 
@@ -376,6 +378,7 @@ class LearnedShapeCost(StoppingPolicy):
             min_samples=self.min_samples,
             max_samples=self.max_samples,
             prior=_tail_prior(prior),
+            floor=self._floor,
         )
 
     def _mean_var(self, n: int) -> tuple[float, float]:
@@ -399,6 +402,8 @@ class LearnedShapeCost(StoppingPolicy):
         self._ties.note(reward, self._best, self._best_index, n)
         if n < self.min_samples:
             return None
+        if self._best == self._floor:  # every reward at the bottom of the scale
+            return "floor" if floor_gain_bound(n, self.alpha) <= self.cost else None
         if self._ties.ceiling(self._shift + self._sum / n, self._best):
             return "tied"  # the best seen 3 times above lower rewards: a ceiling (clip)
         return self._warm_decide(n)

@@ -75,7 +75,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from stoppers.robust.ceiling import RewardCeiling
+from stoppers.robust.ceiling import RewardCeiling, RewardFloor
 from stoppers.robust.shape_likelihood import fit_shape
 
 __all__ = ["MAX_TABLES", "ShapePrior", "StopTable", "TableKey"]
@@ -152,8 +152,8 @@ class ShapePrior:
     building a table (:func:`build_table`). Opt-in: more target cells within 0.03 than the
     recorded histogram but fewer samples saved (README, "Target mode on a deployment").
     ``streams``: the kept streams (lists of floats, oldest first); persisted.
-    ``ceiling``: the top of the reward scale once requests keep reaching it exactly
-    (:mod:`stoppers.robust.ceiling`; learned from every request offered, persisted).
+    ``ceiling`` / ``floor``: the top / bottom of the reward scale once requests keep reaching it
+    exactly (:mod:`stoppers.robust.ceiling`; learned from every request offered, persisted).
     ``scale_shrink``: in [0, 1], the weight of the learned scales against a request's own sd
     (the tables' scale-prior precision is multiplied by it). 1 (default): the Bayes posterior,
     which saves the most but lets wide prompts get less than the target and narrow ones more;
@@ -177,6 +177,7 @@ class ShapePrior:
     s_counts: Any = field(default_factory=lambda: np.zeros(S_BINS), repr=False)
     streams: list[list[float]] = field(default_factory=list, repr=False)
     ceiling: RewardCeiling = field(default_factory=RewardCeiling)  # persisted
+    floor: RewardFloor = field(default_factory=RewardFloor)  # persisted
     scale_shrink: float = field(default=1.0, compare=False)  # a setting: not persisted
     max_tables: int = field(default=MAX_TABLES, repr=False, compare=False)
     schedule_build: Callable[[ShapePrior, TableKey], None] | None = field(
@@ -209,7 +210,7 @@ class ShapePrior:
         """Learn from one finished request's observed rewards (observation order)."""
         x = np.asarray(rewards, dtype=np.float64)
         if x.ndim == 1:
-            self.ceiling.note(x)  # from every request: one all tied at the top says most
+            self.note_ends(x)
         if x.ndim != 1 or x.size < self.min_rewards or not np.all(np.isfinite(x)):
             return False
         sd = float(x.std(ddof=1))
@@ -223,6 +224,11 @@ class ShapePrior:
             self.streams.append(x[:STREAM_REWARDS].tolist())
             del self.streams[:-STREAM_REQUESTS]
         return True
+
+    def note_ends(self, x: np.ndarray) -> None:
+        """Learn the scale's ends from every request: one all tied at a clip says most."""
+        self.ceiling.note(x)
+        self.floor.note(x)
 
     def _standardise(self, x: np.ndarray) -> np.ndarray:
         """Each draw after the first ``min_rewards - 1`` against the mean and sd *before* it.
@@ -259,6 +265,7 @@ class ShapePrior:
             "s_counts": {str(i): float(c) for i, c in enumerate(self.s_counts) if c},
             "streams": [list(stream) for stream in self.streams],
             "ceiling": self.ceiling.to_dict(),
+            "floor": self.floor.to_dict(),
         }
 
     @classmethod
@@ -284,6 +291,7 @@ class ShapePrior:
             s_counts=s,
             streams=data.get("streams", []),
             ceiling=RewardCeiling.from_dict(data.get("ceiling")),
+            floor=RewardFloor.from_dict(data.get("floor")),
         )
 
     # -- what the policy reads -----------------------------------------------------------------

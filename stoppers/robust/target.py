@@ -19,13 +19,16 @@ This policy fixes both:
 
 Until the tail can be fitted (fewer than two distinct rewards above the threshold, e.g. every
 reward tied at a clip) the policy keeps sampling - unless the ties say the best is the top of
-the support (stop reason "tied", :meth:`TailTracker.tied_ceiling`).
+the support (stop reason "tied", :meth:`TailTracker.tied_ceiling`). Rewards all at the
+deployment's floor are no point mass: they stop (reason "floor") once the chance that the floor
+is already accepted reaches the target (:func:`stoppers.robust.ceiling.floor_acceptance_bound`).
 """
 
 from __future__ import annotations
 
 import math
 
+from stoppers.robust.ceiling import floor_acceptance_bound
 from stoppers.robust.gpd_tail import TailFit, acceptance
 from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
@@ -50,6 +53,8 @@ class TailTargetAcceptance(TailPolicy):
     prior: cross-prompt :class:`TailPrior` giving the shape prior xi0 and its weight, or a
         learned :class:`~stoppers.robust.xi_prior.XiPrior`; None uses ``TailPrior()``
         (xi0 = 0, the exponential-tail / Gumbel domain).
+    floor: the deployment's established reward floor (:func:`~stoppers.robust.ceiling.floor_of`)
+        or None.
     """
 
     def __init__(
@@ -62,6 +67,7 @@ class TailTargetAcceptance(TailPolicy):
         kappa_z: float = 0.3,
         overshoot: bool = True,
         prior: TailPrior | XiPrior | None = None,
+        floor: float | None = None,
     ) -> None:
         target = float(target)
         if not (0.0 < target <= 1.0):
@@ -72,6 +78,7 @@ class TailTargetAcceptance(TailPolicy):
             max_samples=max_samples,
             kappa_z=kappa_z,
             prior=prior,
+            floor=floor,
         )
         self.target = target
         self.overshoot = bool(overshoot)
@@ -90,3 +97,6 @@ class TailTargetAcceptance(TailPolicy):
             else:
                 self._h = acceptance(m_off - self._kappa_off)
         return "target" if self._h >= self.target else None
+
+    def _floor_test(self, n: int) -> bool:
+        return floor_acceptance_bound(n, self.alpha) >= self.target
