@@ -14,6 +14,8 @@ from scipy import integrate
 from stoppers.robust.bayes_cost import BayesShapePandora
 from stoppers.robust.ceiling import (
     CEILING_REQUESTS,
+    P_GRID,
+    FloorBound,
     RewardCeiling,
     RewardFloor,
     ceiling_of,
@@ -167,29 +169,41 @@ def test_the_floor_mirrors_the_ceiling():
     assert floor.bound is None and floor_of(None) is None
     floor.note([1.0, BOTTOM, BOTTOM, 2.0])  # twice in one request: one request
     floor.note([BOTTOM, 0.0])
-    floor.note([-3.0, math.nan])  # above the bottom: teaches nothing
+    floor.note([-3.0, math.nan])  # above the bottom: teaches nothing about where it is
     assert (floor.value, floor.requests, floor.bound) == (BOTTOM, 2, None)
     floor.note([BOTTOM])
-    assert floor.bound == BOTTOM
-    floor.note([BOTTOM - 0.5])  # not a bound after all
+    assert floor.bound == BOTTOM and len(floor.counts) == 4
+    floor.note([BOTTOM - 0.5])  # not a bound after all: what was learned goes with it
     assert (floor.value, floor.requests, floor.bound) == (BOTTOM - 0.5, 1, None)
+    assert floor.counts == [[1, 0]] and floor.lift_weight == 0.0
     for cls in (ShapePrior, CostShapePrior):
         prior = cls()
         for i in range(CEILING_REQUESTS):
             prior.update([BOTTOM, 1.0, 0.0, 2.0 + i] * 8)
-        assert floor_of(prior) == BOTTOM and ceiling_of(prior) is None
+        assert floor_of(prior).value == BOTTOM and ceiling_of(prior) is None
         restored = cls.from_dict(json.loads(json.dumps(prior.to_dict())))
-        assert restored.floor == prior.floor and floor_of(restored) == BOTTOM
+        assert restored.floor == prior.floor and floor_of(restored) == floor_of(prior)
         old = prior.to_dict()
         del old["floor"]
         assert cls.from_dict(old).floor == RewardFloor()
-        for bad in ({"bottom": "x"}, {"bottom": -math.inf, "requests": 3}, [BOTTOM]):
+        for bad in (
+            {"bottom": "x"},
+            {"bottom": -math.inf, "requests": 3},
+            [BOTTOM],
+            {"bottom": BOTTOM, "counts": [[3, 4]]},
+            {"bottom": BOTTOM, "counts": [[3, True]]},
+            {"bottom": BOTTOM, "g": [1.0]},
+            {"bottom": BOTTOM, "g": [0.5] * P_GRID.size},
+            {"bottom": BOTTOM, "lift_sum": 2.0, "lift_weight": 1.0},
+            {"bottom": BOTTOM, "lift_sum": "0"},
+        ):
             with pytest.raises(ValueError, match="floor"):
                 cls.from_dict(prior.to_dict() | {"floor": bad})
 
 
 def test_the_floor_gain_bound_is_the_integral_it_claims():
-    """E[p 1{p > 1 - alpha}] under p ~ Beta(1, n + 1), by quadrature; and 1 - alpha^(n+1)."""
+    """Unlearned: E[p 1{p > 1 - alpha}] under p ~ Beta(1, n + 1), by quadrature, and
+    1 - alpha^(n+1); learned: the same sums under the grid posterior."""
     for n in (1, 8, 32, 100, 400):
         density = lambda p, n=n: p * (n + 1) * (1 - p) ** n  # noqa: E731
         exact, _ = integrate.quad(density, 0.01, 1.0, points=[0.05, 0.2])
@@ -198,40 +212,82 @@ def test_the_floor_gain_bound_is_the_integral_it_claims():
         assert floor_acceptance_bound(n, 0.99) == pytest.approx(mass, rel=1e-9)
     gains = [floor_gain_bound(n, 0.99) for n in range(1, 600)]
     assert all(a > b for a, b in itertools.pairwise(gains))
+    g = np.zeros(P_GRID.size)
+    g[P_GRID == 0.0], g[P_GRID == 0.05] = 0.5, 0.5
+    bound = FloorBound(BOTTOM, lift=0.5, g=tuple(g))
+    post = 0.95**20 / (1.0 + 0.95**20)  # the posterior weight of p = 0.05 after 20 at the floor
+    assert floor_gain_bound(20, 0.99, bound) == pytest.approx(0.5 * 0.05 * post)
+    assert floor_acceptance_bound(20, 0.99, bound) == pytest.approx(1.0 - 0.5 * post)
 
 
-def _stop_at(cost, alpha=0.99):
-    return next(n for n in range(1, 10_000) if floor_gain_bound(n, alpha) <= cost)
+def _stop_at(cost, floor=None, alpha=0.99):
+    return next(n for n in range(1, 10_000) if floor_gain_bound(n, alpha, floor) <= cost)
 
 
 @pytest.mark.parametrize("cost", [1e-2, 1e-3])
 def test_all_rewards_at_the_floor_are_no_point_mass(cost):
     """Without a floor, 32 identical rewards stop the cold start ("tied"); at the deployment's
-    floor the rule of succession decides: ~79 draws at c = 1e-2, ~260 at 1e-3."""
+    floor (nothing learned about it yet) the rule of succession decides: ~79 draws at
+    c = 1e-2, ~260 at 1e-3."""
     stream = [BOTTOM] * 960
     assert _run(TailPandora(cost, max_samples=960), stream) == (32, "tied")
-    n, reason = _run(TailPandora(cost, max_samples=960, floor=BOTTOM), stream)
+    floor = FloorBound(BOTTOM)
+    n, reason = _run(TailPandora(cost, max_samples=960, floor=floor), stream)
     assert (n, reason) == (_stop_at(cost), "floor") and 60 < n < 300
-    target = TailTargetAcceptance(0.9, max_samples=960, floor=BOTTOM)
+    target = TailTargetAcceptance(0.9, max_samples=960, floor=floor)
     n_target = next(n for n in range(1, 960) if floor_acceptance_bound(n, 0.99) >= 0.9)
     assert _run(target, stream) == (n_target, "floor")
     assert _run(TailTargetAcceptance(0.9, max_samples=960), stream) == (16, "tied")
     # a point mass elsewhere than the floor is still one
-    assert _run(TailPandora(cost, max_samples=960, floor=BOTTOM), [0.5] * 960) == (32, "tied")
+    assert _run(TailPandora(cost, max_samples=960, floor=floor), [0.5] * 960) == (32, "tied")
+    with pytest.raises(ValueError, match="floor"):
+        TailPandora(cost, floor=BOTTOM)
 
 
-def _floored(prior):
-    for i in range(CEILING_REQUESTS):
-        prior.update([BOTTOM, 1.0, 0.0, 2.0 + i] * 8)
+def _deployment(prior, p_floor_heavy, rng, requests=40):
+    """Requests of 60 draws: a quarter floor-heavy (a reward above the floor with probability
+    ``p_floor_heavy``, ~4 logits above it), the rest mostly above the floor."""
+    for i in range(requests):
+        p = p_floor_heavy if i % 4 == 0 else rng.uniform(0.3, 1.0)
+        above = rng.random(60) < p
+        x = np.where(above, BOTTOM + 4.0 + rng.standard_normal(60), BOTTOM)
+        if i < CEILING_REQUESTS:
+            x[0] = BOTTOM
+        prior.update(x)
     return prior
+
+
+def test_the_deployment_learns_how_often_a_floor_prompt_has_better_responses():
+    """Where the floor-heavy prompts were all floor, an all-floor request stops far sooner than
+    where they had a few good responses (5%), and sooner than with nothing learned."""
+    rng = np.random.default_rng(5)
+    empty = floor_of(_deployment(CostShapePrior(), 0.0, rng))
+    sparse = floor_of(_deployment(CostShapePrior(), 0.05, rng))
+    assert empty.value == sparse.value == BOTTOM
+    assert 0.9 < sparse.lift <= 1.0  # 4 logits above the floor: almost all the acceptance
+    assert _stop_at(1e-3, empty) < 80 < 200 < _stop_at(1e-3, sparse)
+    assert _stop_at(1e-3, empty) < _stop_at(1e-3) == 260
+    p_zero = np.asarray(empty.g)[P_GRID <= 0.005].sum()
+    assert p_zero > 0.15  # ~ the quarter of requests that were all floor
+
+
+def test_the_lift_is_what_rising_above_the_floor_was_worth():
+    far, near = RewardFloor(), RewardFloor()
+    for _ in range(CEILING_REQUESTS):
+        far.note([BOTTOM] * 9 + [BOTTOM + 8.0])  # AR(-8) ~ 0: the lift is ~1
+        near.note([-2.0] * 9 + [-1.9])  # AR(-0.1) ~ 0.95: the floor is nearly as good
+    assert far.lift > 0.99 and near.lift < 0.06
+    assert _stop_at(1e-3, FloorBound(-2.0, near.lift)) < _stop_at(1e-3, FloorBound(-2.0))
 
 
 @pytest.mark.parametrize("mode", ["target", "cost", "bayes-cost"])
 def test_the_policies_read_the_floor_cold_and_warm(mode):
     """A good response after 40 draws at the floor is found (the point-mass rule stopped at 32
-    before); a request that stays at the floor stops on the rule of succession."""
-    prior = _floored(CostShapePrior() if "cost" in mode else ShapePrior())
-    late_good = [BOTTOM] * 40 + [3.0] + [BOTTOM] * 919
+    before); a request that stays at the floor stops on the learned rule of succession."""
+    prior = _deployment(
+        CostShapePrior() if "cost" in mode else ShapePrior(), 0.05, np.random.default_rng(6)
+    )
+    late_good = [BOTTOM] * 40 + [BOTTOM + 5.0] + [BOTTOM] * 919
     n, reason = _run(_policies(prior)[mode], late_good)
     assert n > 40 and reason != "tied"
     policy = {
@@ -239,11 +295,11 @@ def test_the_policies_read_the_floor_cold_and_warm(mode):
         "cost": ShapePandora(1e-3, prior=prior, max_samples=960),
         "bayes-cost": BayesShapePandora(1e-3, prior=prior, max_samples=960),
     }[mode]
-    expected = (
-        next(n for n in range(1, 960) if floor_acceptance_bound(n, 0.99) >= 0.9)
-        if mode == "target"
-        else _stop_at(1e-3)
-    )
+    floor = floor_of(prior)
+    if mode == "target":
+        expected = next(n for n in range(8, 960) if floor_acceptance_bound(n, 0.99, floor) >= 0.9)
+    else:
+        expected = _stop_at(1e-3, floor)
     assert _run(policy, [BOTTOM] * 960) == (expected, "floor")
 
 
@@ -256,7 +312,8 @@ def test_warm_policies_stop_at_the_floor_too():
         rewards = rng.normal() + rng.standard_normal(60)
         rewards[0] = -4.0 if i < CEILING_REQUESTS else rewards[0]
         prior.update(np.maximum(rewards, -4.0))
-    assert floor_of(prior) == -4.0
+    floor = floor_of(prior)
+    assert floor.value == -4.0
     policy = ShapePandora(1e-3, prior=prior, max_samples=960)
     assert policy.warm
-    assert _run(policy, [-4.0] * 960) == (_stop_at(1e-3), "floor")
+    assert _run(policy, [-4.0] * 960) == (_stop_at(1e-3, floor), "floor")

@@ -16,20 +16,26 @@ established and nothing changes.
 * The **floor** (:class:`RewardFloor`): a request whose rewards all sit at the bottom is *not* a
   point mass - its prompt may have a few good responses the judge scores above the clip - so the
   cold-start point-mass rule (32 identical rewards) must not stop it; the rule of succession
-  prices the chance of a better one instead (:func:`floor_gain_bound`).
+  prices the chance of a better one instead (:func:`floor_gain_bound`), scaled by the
+  acceptance that a reward above the floor has brought the deployment's other requests
+  (:attr:`RewardFloor.lift`): large where the floor is far below the good responses (the
+  AlpacaEval judge: ~10 logits), small where it is a clip just under them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 from scipy.stats import beta as beta_dist
 
+from stoppers.robust.gpd_tail import acceptance
+
 __all__ = [
     "CEILING_REQUESTS",
+    "FloorBound",
     "RewardCeiling",
     "RewardFloor",
     "ceiling_of",
@@ -103,14 +109,153 @@ class RewardCeiling(_ScaleEnd):
     KEY: ClassVar[str] = "top"
 
 
+# The support of g, the distribution of p = P(a reward above the floor) across the deployment's
+# prompts: fine near 0, where an all-floor request's posterior lives.
+P_GRID = np.array(
+    [
+        *(0.0, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2),
+        *(0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    ]
+)
+P_BASE_WEIGHT = 2.0  # requests' worth of the uniform prior mixed into every EM step
+P_ROWS = 256  # (draws, draws above the floor) of the newest requests kept
+P_EM_STEPS = 25  # EM iterations per update, warm-started
+
+
+def _uniform_on_grid() -> np.ndarray:
+    """Beta(1, 1) on P_GRID: each point weighted by its share of [0, 1] (midpoint cells)."""
+    edges = np.concatenate([[0.0], (P_GRID[1:] + P_GRID[:-1]) / 2.0, [1.0]])
+    return np.diff(edges)
+
+
 @dataclass
 class RewardFloor(_ScaleEnd):
-    """The lowest reward seen in a deployment and how many requests reached it exactly."""
+    """The lowest reward seen in a deployment, how many requests reached it exactly, and two
+    things learned about it from every request since it was set:
+
+    * ``counts``: per request (newest last, at most ``P_ROWS``) its draws and its draws above
+      the floor; ``g``: the grid NPMLE (EM, as :class:`~stoppers.robust.xi_prior.XiPrior`) of
+      the distribution of p = P(above the floor) across prompts, with a uniform base measure -
+      a deployment whose all-floor prompts really are all floor (a clipped scale's worst
+      prompts) learns mass at p = 0, one whose floor prompts have a few good responses (the
+      AlpacaEval judge) does not. The stopping rule's requests are ignorable: the binomial
+      likelihood holds whatever rule (on observed rewards) ended them.
+    * ``lift_sum`` / ``lift_weight``: over requests with rewards both at and above the floor,
+      1 - AR(floor - best) (the acceptance their best gained over the floor, the best standing
+      in for the unknown benchmark), weighted by the request's fraction at the floor.
+    """
 
     value: float = math.inf
+    counts: list[list[int]] = field(default_factory=list, repr=False)
+    g: list[float] = field(default_factory=lambda: _uniform_on_grid().tolist(), repr=False)
+    lift_sum: float = 0.0
+    lift_weight: float = 0.0
     SIGN: ClassVar[float] = -1.0
     NAME: ClassVar[str] = "floor"
     KEY: ClassVar[str] = "bottom"
+
+    def note(self, rewards: Any) -> None:
+        before = self.value
+        super().note(rewards)
+        if self.value != before:  # a new bottom: what was learned about the old one is moot
+            self.counts, self.g = [], _uniform_on_grid().tolist()
+            self.lift_sum, self.lift_weight = 0.0, 0.0
+        x = np.asarray(rewards, dtype=np.float64).ravel()
+        x = x[np.isfinite(x)]
+        if x.size == 0:
+            return
+        at_floor = int(np.count_nonzero(x == self.value))
+        self.counts.append([int(x.size), int(x.size) - at_floor])
+        del self.counts[:-P_ROWS]
+        self.g = _em_p(np.asarray(self.counts, dtype=np.float64), np.asarray(self.g)).tolist()
+        if at_floor and float(x.max()) > self.value:
+            weight = at_floor / x.size
+            self.lift_sum += weight * (1.0 - acceptance(self.value - float(x.max())))
+            self.lift_weight += weight
+
+    @property
+    def lift(self) -> float:
+        """Mean acceptance gained above the floor (1, the bound's worst case, before any)."""
+        return self.lift_sum / self.lift_weight if self.lift_weight > 0.0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return super().to_dict() | {
+            "counts": [list(c) for c in self.counts],
+            "g": list(self.g),
+            "lift_sum": self.lift_sum,
+            "lift_weight": self.lift_weight,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RewardFloor:
+        floor = super().from_dict(data)
+        if data is None:
+            return floor
+        lift = [data.get("lift_sum", 0.0), data.get("lift_weight", 0.0)]
+        if any(isinstance(v, bool) or not isinstance(v, int | float) for v in lift):
+            raise ValueError("floor.lift_sum and floor.lift_weight must be numbers")
+        lift_sum, lift_weight = float(lift[0]), float(lift[1])
+        if not (0.0 <= lift_sum <= lift_weight < math.inf):
+            raise ValueError("floor.lift_sum must be in [0, lift_weight], lift_weight finite")
+        counts = data.get("counts", [])
+        if not (isinstance(counts, list) and len(counts) <= P_ROWS) or not all(
+            isinstance(c, list)
+            and len(c) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in c)
+            and 0 <= c[1] <= c[0]
+            for c in counts
+        ):
+            raise ValueError(f"floor.counts must be at most {P_ROWS} [draws, above] pairs")
+        g = data.get("g", _uniform_on_grid().tolist())
+        if not (isinstance(g, list) and len(g) == P_GRID.size) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v < math.inf
+            for v in g
+        ):
+            raise ValueError(f"floor.g must hold {P_GRID.size} probabilities")
+        if abs(sum(g) - 1.0) > 1e-6:
+            raise ValueError("floor.g must sum to 1")
+        floor.counts, floor.g = [list(c) for c in counts], [float(v) for v in g]
+        floor.lift_sum, floor.lift_weight = lift_sum, lift_weight
+        return floor
+
+
+def _em_p(counts: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """``P_EM_STEPS`` EM iterations of the grid NPMLE of the distribution of p (binomial rows:
+    draws n, above-floor a), regularised by the uniform base measure."""
+    n, a = counts[:, :1], counts[:, 1:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_lik = a * np.log(P_GRID) + (n - a) * np.log1p(-P_GRID)  # 0 * log 0 -> nan
+    log_lik = np.where((a == 0) & (P_GRID == 0.0), 0.0, log_lik)
+    log_lik = np.where((n == a) & (P_GRID == 1.0), 0.0, log_lik)
+    likelihood = np.exp(log_lik - np.nanmax(log_lik, axis=1, keepdims=True))
+    likelihood = np.nan_to_num(likelihood)
+    base = _uniform_on_grid()
+    for _ in range(P_EM_STEPS):
+        post = likelihood * g
+        post /= post.sum(axis=1, keepdims=True)
+        g = (post.sum(axis=0) + P_BASE_WEIGHT * base) / (counts.shape[0] + P_BASE_WEIGHT)
+    return g
+
+
+@dataclass(frozen=True)
+class FloorBound:
+    """What a request reads from the deployment's established floor when it starts: the value,
+    the lift and the learned distribution ``g`` of p over :data:`P_GRID` (None: uniform)."""
+
+    value: float
+    lift: float = 1.0
+    g: tuple[float, ...] | None = None
+
+    def posterior_above(self, n: int, alpha: float) -> tuple[float, float]:
+        """After n draws all at the floor: (P(p > 1 - alpha), E[p 1{p > 1 - alpha}])."""
+        if self.g is None:
+            return alpha ** (n + 1.0), float(beta_dist.sf(1.0 - alpha, 2.0, n + 1.0)) / (n + 2.0)
+        with np.errstate(divide="ignore"):
+            log_post = np.log(np.asarray(self.g)) + n * np.log1p(-P_GRID)
+        post = np.exp(log_post - np.max(log_post))
+        post /= post.sum()
+        above = 1.0 - alpha < P_GRID
+        return float(post[above].sum()), float(post[above] @ P_GRID[above])
 
 
 def ceiling_of(prior: object) -> float | None:
@@ -120,26 +265,33 @@ def ceiling_of(prior: object) -> float | None:
     return ceiling.bound if isinstance(ceiling, RewardCeiling) else None
 
 
-def floor_of(prior: object) -> float | None:
-    """The established floor of a deployment prior that keeps one, else None (read once, when a
-    request starts, like :func:`ceiling_of`)."""
+def floor_of(prior: object) -> FloorBound | None:
+    """The established floor of a deployment prior that keeps one, and its lift, else None
+    (read once, when a request starts, like :func:`ceiling_of`)."""
     floor = getattr(prior, "floor", None)
-    return floor.bound if isinstance(floor, RewardFloor) else None
+    if not isinstance(floor, RewardFloor) or floor.bound is None:
+        return None
+    return FloorBound(floor.bound, floor.lift, tuple(floor.g))
 
 
-def floor_gain_bound(n: int, alpha: float) -> float:
+def floor_gain_bound(n: int, alpha: float, floor: FloorBound | None = None) -> float:
     """Upper bound on one more draw's expected acceptance gain after ``n`` draws all at the floor.
 
-    Let p be the prompt's chance of a reward above the floor; after n draws at the floor, with a
-    uniform prior (Laplace's rule of succession), p ~ Beta(1, n + 1). While p <= 1 - alpha the
-    benchmark kappa (the alpha-quantile) *is* the floor and the best already has acceptance 1;
-    above it a draw gains at most 1, and only with probability p. So the gain is at most
-    E[p 1{p > 1 - alpha}] = P(Beta(2, n + 1) > 1 - alpha) / (n + 2).
+    Let p be the prompt's chance of a reward above the floor. While p <= 1 - alpha the benchmark
+    kappa (the alpha-quantile) *is* the floor and the best already has acceptance 1; above it a
+    draw gains at most the floor's ``lift`` (1 - AR(floor - kappa), 1 at most), and only with
+    probability p. So the gain is at most lift E[p 1{p > 1 - alpha} | n draws at the floor],
+    under the deployment's learned distribution of p (``floor.g``), or - with no floor learned
+    (``floor`` None or its ``g`` None) - under Laplace's rule of succession, p ~ Beta(1, n + 1):
+    P(Beta(2, n + 1) > 1 - alpha) / (n + 2).
     """
-    return float(beta_dist.sf(1.0 - alpha, 2.0, n + 1.0)) / (n + 2.0)
+    floor = floor if floor is not None else FloorBound(math.nan)
+    return floor.lift * floor.posterior_above(n, alpha)[1]
 
 
-def floor_acceptance_bound(n: int, alpha: float) -> float:
-    """P(the floor is already accepted) after ``n`` draws all at the floor: P(p <= 1 - alpha)
-    under p ~ Beta(1, n + 1), i.e. 1 - alpha^(n + 1) (see :func:`floor_gain_bound`)."""
-    return 1.0 - alpha ** (n + 1.0)
+def floor_acceptance_bound(n: int, alpha: float, floor: FloorBound | None = None) -> float:
+    """Expected acceptance of the floor after ``n`` draws all at it: 1 while p <= 1 - alpha, at
+    least 1 - lift above; so 1 - lift P(p > 1 - alpha | n draws at the floor) (the posterior of
+    :func:`floor_gain_bound`; under Beta(1, n + 1), 1 - alpha^(n + 1))."""
+    floor = floor if floor is not None else FloorBound(math.nan)
+    return 1.0 - floor.lift * floor.posterior_above(n, alpha)[0]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from stoppers.robust.ceiling import floor_gain_bound
+from stoppers.robust.ceiling import FloorBound, floor_gain_bound
 from stoppers.robust.gpd_tail import TailFit
 from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
@@ -69,7 +69,7 @@ class TailPandora(TailPolicy):
         scale_z: float = 1.0,
         xi_z: float = 0.0,
         prior: TailPrior | XiPrior | None = None,
-        floor: float | None = None,
+        floor: FloorBound | None = None,
     ) -> None:
         cost = float(cost)
         if not (cost > 0.0 and math.isfinite(cost)):
@@ -110,7 +110,8 @@ class TailPandora(TailPolicy):
         return "threshold" if self._gain <= self.cost else None
 
     def _floor_test(self, n: int) -> bool:
-        return floor_gain_bound(n, self.alpha) <= self.cost
+        assert self.floor is not None  # only called at the floor
+        return floor_gain_bound(n, self.alpha, self.floor) <= self.cost
 
 
 def default_kappa_z(cost: float) -> float:

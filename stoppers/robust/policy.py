@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from stoppers.base import StoppingPolicy
+from stoppers.robust.ceiling import FloorBound
 from stoppers.robust.gpd_tail import TailFit, acceptance
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.tracker import ALL_TIED, TailTracker
@@ -34,7 +35,7 @@ class TailPolicy(StoppingPolicy):
         max_samples: int | None,
         kappa_z: float,
         prior: TailPrior | XiPrior | None,
-        floor: float | None = None,
+        floor: FloorBound | None = None,
     ) -> None:
         super().__init__(max_samples=max_samples)
         if not (0.0 < alpha < 1.0):
@@ -45,9 +46,12 @@ class TailPolicy(StoppingPolicy):
         self.alpha = float(alpha)
         self.kappa_z = float(kappa_z)
         self.prior = prior if prior is not None else TailPrior()
-        if floor is not None and not math.isfinite(floor):
-            raise ValueError(f"floor must be finite or None, got {floor!r}")
+        if floor is not None and not (
+            isinstance(floor, FloorBound) and math.isfinite(floor.value) and 0 <= floor.lift <= 1
+        ):
+            raise ValueError(f"floor must be a FloorBound (finite, lift in [0, 1]), got {floor!r}")
         self.floor = floor
+        self._floor_value = None if floor is None else floor.value
         learned = isinstance(self.prior, XiPrior) and self.prior.learned
         self._tracker = TailTracker(
             xi0=self.prior.xi0,
@@ -80,7 +84,7 @@ class TailPolicy(StoppingPolicy):
         tracker = self._tracker
         refit = tracker.add(reward)
         fit = tracker.fit
-        if self._best == self.floor:  # every reward at the bottom of the scale: no point mass
+        if self._best == self._floor_value:  # every reward at the scale's bottom: no point mass
             return "floor" if self._n >= self.min_samples and self._floor_test(self._n) else None
         if tracker.tied_ceiling(self.min_samples, self.all_tied):
             return "tied"

@@ -120,8 +120,9 @@ class PooledTargetAcceptance(StoppingPolicy):
         self._m2 += delta * (reward - self._mean)
         if n < self.min_samples:
             return None
-        if self._best == self._floor:  # every reward at the bottom of the scale
-            return "floor" if floor_acceptance_bound(n, self.alpha) >= self.target else None
+        if self._floor is not None and self._best == self._floor.value:  # all at the bottom
+            accepted = floor_acceptance_bound(n, self.alpha, self._floor)
+            return "floor" if accepted >= self.target else None
         if self._ties.ceiling(self._mean, self._best):
             return "tied"  # the best seen 3 times above lower rewards: a ceiling (clipped scores)
         table = self._table

@@ -402,8 +402,9 @@ class LearnedShapeCost(StoppingPolicy):
         self._ties.note(reward, self._best, self._best_index, n)
         if n < self.min_samples:
             return None
-        if self._best == self._floor:  # every reward at the bottom of the scale
-            return "floor" if floor_gain_bound(n, self.alpha) <= self.cost else None
+        floor = self._floor
+        if floor is not None and self._best == floor.value:  # every reward at the bottom
+            return "floor" if floor_gain_bound(n, self.alpha, floor) <= self.cost else None
         if self._ties.ceiling(self._shift + self._sum / n, self._best):
             return "tied"  # the best seen 3 times above lower rewards: a ceiling (clip)
         return self._warm_decide(n)

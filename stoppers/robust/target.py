@@ -20,15 +20,15 @@ This policy fixes both:
 Until the tail can be fitted (fewer than two distinct rewards above the threshold, e.g. every
 reward tied at a clip) the policy keeps sampling - unless the ties say the best is the top of
 the support (stop reason "tied", :meth:`TailTracker.tied_ceiling`). Rewards all at the
-deployment's floor are no point mass: they stop (reason "floor") once the chance that the floor
-is already accepted reaches the target (:func:`stoppers.robust.ceiling.floor_acceptance_bound`).
+deployment's floor are no point mass: they stop (reason "floor") once the floor's expected
+acceptance reaches the target (:func:`stoppers.robust.ceiling.floor_acceptance_bound`).
 """
 
 from __future__ import annotations
 
 import math
 
-from stoppers.robust.ceiling import floor_acceptance_bound
+from stoppers.robust.ceiling import FloorBound, floor_acceptance_bound
 from stoppers.robust.gpd_tail import TailFit, acceptance
 from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
@@ -67,7 +67,7 @@ class TailTargetAcceptance(TailPolicy):
         kappa_z: float = 0.3,
         overshoot: bool = True,
         prior: TailPrior | XiPrior | None = None,
-        floor: float | None = None,
+        floor: FloorBound | None = None,
     ) -> None:
         target = float(target)
         if not (0.0 < target <= 1.0):
@@ -99,4 +99,5 @@ class TailTargetAcceptance(TailPolicy):
         return "target" if self._h >= self.target else None
 
     def _floor_test(self, n: int) -> bool:
-        return floor_acceptance_bound(n, self.alpha) >= self.target
+        assert self.floor is not None  # only called at the floor
+        return floor_acceptance_bound(n, self.alpha, self.floor) >= self.target
