@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.stats import beta as beta_dist
+from scipy.special import betainc
 
 from stoppers.robust.gpd_tail import acceptance
 
@@ -249,9 +249,11 @@ class FloorBound:
     def posterior_above(self, n: int, alpha: float) -> tuple[float, float]:
         """After n draws all at the floor: (P(p > 1 - alpha), E[p 1{p > 1 - alpha}])."""
         if self.g is None:
-            return alpha ** (n + 1.0), float(beta_dist.sf(1.0 - alpha, 2.0, n + 1.0)) / (n + 2.0)
+            # P(Beta(2, n + 1) > 1 - alpha) = I_alpha(n + 1, 2), the regularised incomplete beta
+            return alpha ** (n + 1.0), float(betainc(n + 1.0, 2.0, alpha)) / (n + 2.0)
         with np.errstate(divide="ignore"):
-            log_post = np.log(np.asarray(self.g)) + n * np.log1p(-P_GRID)
+            stay = n * np.log1p(-P_GRID) if n else np.zeros(P_GRID.size)  # n at the floor
+            log_post = np.log(np.asarray(self.g)) + stay
         post = np.exp(log_post - np.max(log_post))
         post /= post.sum()
         above = 1.0 - alpha < P_GRID
