@@ -32,6 +32,7 @@ import numpy as np
 from scipy.special import betainc
 
 from stoppers.robust.gpd_tail import acceptance
+from stoppers.robust.npmle import npmle_em
 
 __all__ = [
     "CEILING_REQUESTS",
@@ -229,12 +230,7 @@ def _em_p(counts: np.ndarray, g: np.ndarray) -> np.ndarray:
     log_lik = np.where((n == a) & (P_GRID == 1.0), 0.0, log_lik)
     likelihood = np.exp(log_lik - np.nanmax(log_lik, axis=1, keepdims=True))
     likelihood = np.nan_to_num(likelihood)
-    base = _uniform_on_grid()
-    for _ in range(P_EM_STEPS):
-        post = likelihood * g
-        post /= post.sum(axis=1, keepdims=True)
-        g = (post.sum(axis=0) + P_BASE_WEIGHT * base) / (counts.shape[0] + P_BASE_WEIGHT)
-    return g
+    return npmle_em(likelihood, g, _uniform_on_grid(), P_BASE_WEIGHT, P_EM_STEPS)
 
 
 @dataclass(frozen=True)

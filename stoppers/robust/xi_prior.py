@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from stoppers.robust.gpd_tail import tail_exceedances
+from stoppers.robust.npmle import npmle_em
 
 __all__ = ["XI_GRID", "XiPrior", "xi_log_likelihood"]
 
@@ -204,10 +205,4 @@ def _em(rows: np.ndarray, g: np.ndarray, steps: int) -> np.ndarray:
     g_j <- (sum_i post_ij + BASE_WEIGHT base_j) / (requests + BASE_WEIGHT), post_ij the
     posterior of grid point j for request i under the current g.
     """
-    likelihood = np.exp(rows)
-    base = _base_measure()
-    for _ in range(steps):
-        post = likelihood * g
-        post /= post.sum(axis=1, keepdims=True)
-        g = (post.sum(axis=0) + BASE_WEIGHT * base) / (rows.shape[0] + BASE_WEIGHT)
-    return g
+    return npmle_em(np.exp(rows), g, _base_measure(), BASE_WEIGHT, steps)
