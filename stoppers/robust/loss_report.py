@@ -1,0 +1,197 @@
+"""Where a cost policy loses profit: ``python -m stoppers.robust.loss_report FILE --cost C``.
+
+Why: the profit tables say *how much* the default earns against the best fixed N and
+Weitzman's oracle, not *where* it loses. Each diagnosis of issue 8 (the AlpacaEval floor stops,
+the mixture oversampling) needed the same split, so it is one tool: sequential deployments
+(:func:`~stoppers.replay.deployment.replay_deployment`, the streams ``pandora replay
+--deployment`` serves), every request's profit AR(kept) - c n set against
+
+* the best fixed N chosen in hindsight on the same streams (one N for the whole pool, as in
+  :func:`~stoppers.replay.experiments.profit_rows`), and
+* the oracle on the same stream (Weitzman's rule with the prompt's distribution known), its
+  gap split into a *sampling* part c (n - n_oracle) and an *acceptance* part
+  AR(oracle's kept) - AR(policy's kept),
+
+grouped by the policy's stop reason. Losses are per deployment (summed over its prompts,
+averaged over the deployments), so a reason's share of the whole gap reads directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from stoppers.base import StoppingPolicy
+from stoppers.deployment import DeploymentPrior
+from stoppers.faircap import acceptance_rate
+from stoppers.replay.baselines import fixed_best, oracle_outcome
+from stoppers.replay.deployment import deployment_batch, replay_deployment
+
+__all__ = ["LossBreakdown", "ReasonLoss", "loss_breakdown", "main"]
+
+POLICIES = ("default", "tail")
+
+
+@dataclass(frozen=True)
+class ReasonLoss:
+    """The requests one stop reason ended, and what they lost per deployment."""
+
+    reason: str
+    requests: int
+    samples: float  # mean samples per request
+    loss_vs_fixed: float  # sum over a deployment's requests of (fixed N profit - policy profit)
+    loss_vs_oracle: float  # the same against the oracle: sampling_part + acceptance_part
+    sampling_part: float  # c (n - n_oracle)
+    acceptance_part: float  # AR(oracle's kept) - AR(policy's kept)
+
+
+@dataclass(frozen=True)
+class LossBreakdown:
+    """Mean profit per request of the policy, the best fixed N and the oracle, and the split."""
+
+    cost: float
+    best_fixed_n: int
+    profit: float
+    fixed_profit: float
+    oracle_profit: float
+    samples: float
+    oracle_samples: float
+    reasons: tuple[ReasonLoss, ...]
+
+
+def _policy_maker(
+    name: str, cost: float, max_samples: int
+) -> tuple[
+    Callable[[DeploymentPrior | None], StoppingPolicy], Callable[[], DeploymentPrior] | None
+]:
+    from stoppers import default_cost_policy, new_deployment_prior
+    from stoppers.robust.cost import TailPandora
+
+    if name == "default":
+        return (
+            lambda prior: default_cost_policy(cost, max_samples=max_samples, prior=prior),
+            lambda: new_deployment_prior("cost"),
+        )
+    if name == "tail":
+        return (lambda _prior: TailPandora(cost, max_samples=max_samples)), None
+    raise ValueError(f"policy must be one of {POLICIES}, got {name!r}")
+
+
+def loss_breakdown(
+    rewards: np.ndarray,
+    cost: float,
+    *,
+    policy: str = "default",
+    orderings: int = 30,
+    seed: int = 0,
+    max_samples: int | None = None,
+    alpha: float = 0.99,
+) -> LossBreakdown:
+    """Replay ``orderings`` deployments of ``policy`` on ``rewards`` (prompts x samples, NaN =
+    missing) at ``cost`` and split its profit gap by stop reason (see the module docstring)."""
+    width = np.asarray(rewards).shape[1]  # the policies' budget: the pool, or max_samples
+    budget = width if max_samples is None else min(int(max_samples), width)
+    make_policy, new_prior = _policy_maker(policy, cost, budget)
+    replay = replay_deployment(
+        rewards,
+        make_policy,
+        new_prior,
+        orderings=orderings,
+        seed=seed,
+        max_samples=max_samples,
+    )
+    batch = deployment_batch(
+        rewards, orderings=orderings, seed=seed, alpha=alpha, max_samples=max_samples
+    )
+    outcome = replay.outcome()  # rows in batch layout: prompt * orderings + ordering
+    ar = acceptance_rate(outcome.best, batch.kappa)
+    profit = ar - cost * outcome.n
+
+    prefix = fixed_best(batch)  # (rows, horizon)
+    drawn = np.minimum(np.arange(1, batch.horizon + 1)[None, :], batch.budget[:, None])
+    fixed = acceptance_rate(prefix, batch.kappa[:, None]) - cost * drawn
+    best_n = int(np.argmax(fixed.mean(axis=0))) + 1
+    fixed_profit = fixed[:, best_n - 1]
+
+    oracle = oracle_outcome(batch, cost, prefix)
+    oracle_ar = acceptance_rate(oracle.best, batch.kappa)
+    oracle_profit = oracle_ar - cost * oracle.n
+
+    reason = replay.per_prompt(replay.reason).reshape(-1)
+    per_deployment = 1.0 / orderings
+    reasons = []
+    for name in sorted(set(reason.tolist())):
+        rows = reason == name
+        reasons.append(
+            ReasonLoss(
+                reason=name,
+                requests=int(rows.sum()),
+                samples=float(outcome.n[rows].mean()),
+                loss_vs_fixed=float((fixed_profit[rows] - profit[rows]).sum() * per_deployment),
+                loss_vs_oracle=float((oracle_profit[rows] - profit[rows]).sum() * per_deployment),
+                sampling_part=float(
+                    (cost * (outcome.n[rows] - oracle.n[rows])).sum() * per_deployment
+                ),
+                acceptance_part=float((oracle_ar[rows] - ar[rows]).sum() * per_deployment),
+            )
+        )
+    return LossBreakdown(
+        cost=float(cost),
+        best_fixed_n=best_n,
+        profit=float(profit.mean()),
+        fixed_profit=float(fixed_profit.mean()),
+        oracle_profit=float(oracle_profit.mean()),
+        samples=float(outcome.n.mean()),
+        oracle_samples=float(oracle.n.mean()),
+        reasons=tuple(reasons),
+    )
+
+
+def render(b: LossBreakdown) -> str:
+    lines = [
+        f"c = {b.cost:g}: profit per request {b.profit:.4f} = {b.profit / b.fixed_profit:.4f} x "
+        f"best fixed N ({b.best_fixed_n}: {b.fixed_profit:.4f}), {b.profit / b.oracle_profit:.4f} "
+        f"x oracle ({b.oracle_profit:.4f}); samples {b.samples:.1f}, oracle {b.oracle_samples:.1f}",
+        "loss per deployment by stop reason (vs oracle = sampling + acceptance):",
+    ]
+    for r in b.reasons:
+        lines.append(
+            f"  {r.reason:<10} requests {r.requests:6d}  samples {r.samples:7.1f}  "
+            f"vs fixed N {r.loss_vs_fixed:+.3f}  vs oracle {r.loss_vs_oracle:+.3f} "
+            f"= {r.sampling_part:+.3f} + {r.acceptance_part:+.3f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("file", help=".npz with a 'rewards' (prompts x samples) array")
+    parser.add_argument("--cost", type=float, action="append", required=True, help="repeatable")
+    parser.add_argument("--policy", choices=POLICIES, default="default")
+    parser.add_argument("--prompts", type=int, help="first N prompts")
+    parser.add_argument("--orderings", type=int, default=30, help="deployments")
+    parser.add_argument("--max-samples", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    with np.load(args.file) as data:
+        rewards = np.asarray(data["rewards"], dtype=np.float64)
+    if args.prompts is not None:
+        rewards = rewards[: args.prompts]
+    for cost in args.cost:
+        b = loss_breakdown(
+            rewards,
+            cost,
+            policy=args.policy,
+            orderings=args.orderings,
+            seed=args.seed,
+            max_samples=args.max_samples,
+        )
+        print(render(b))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""The cost-mode loss breakdown: its split adds up and agrees with the profit engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stoppers import default_cost_policy, new_deployment_prior
+from stoppers.replay.deployment import deployment_summaries, replay_deployment
+from stoppers.replay.experiments import profit_rows
+from stoppers.replay.synth import SynthSpec, generate
+from stoppers.robust.loss_report import loss_breakdown, main
+
+COST = 1e-3
+ORDERINGS = 4
+
+
+@pytest.fixture(scope="module")
+def pool() -> np.ndarray:
+    return generate(SynthSpec(family="mixture", prompts=6, samples=240, seed=3))["rewards"]
+
+
+@pytest.fixture(scope="module")
+def breakdown(pool):
+    return loss_breakdown(pool, COST, orderings=ORDERINGS, seed=1)
+
+
+def test_reasons_partition_every_request_and_the_gap(pool, breakdown):
+    prompts = pool.shape[0]
+    assert sum(r.requests for r in breakdown.reasons) == prompts * ORDERINGS
+    gap = (breakdown.oracle_profit - breakdown.profit) * prompts  # per deployment
+    assert sum(r.loss_vs_oracle for r in breakdown.reasons) == pytest.approx(gap, abs=1e-9)
+    vs_fixed = (breakdown.fixed_profit - breakdown.profit) * prompts
+    assert sum(r.loss_vs_fixed for r in breakdown.reasons) == pytest.approx(vs_fixed, abs=1e-9)
+    for r in breakdown.reasons:
+        assert r.sampling_part + r.acceptance_part == pytest.approx(r.loss_vs_oracle, abs=1e-9)
+    samples = sum(r.samples * r.requests for r in breakdown.reasons) / (prompts * ORDERINGS)
+    assert samples == pytest.approx(breakdown.samples)
+
+
+def test_agrees_with_the_deployment_profit_engine(pool, breakdown):
+    """Same streams, same policy: the mean profits and best fixed N of `pandora replay`."""
+    width = pool.shape[1]
+    replay = replay_deployment(
+        pool,
+        lambda prior: default_cost_policy(COST, max_samples=width, prior=prior),
+        lambda: new_deployment_prior("cost"),
+        orderings=ORDERINGS,
+        seed=1,
+    )
+    (row,) = profit_rows(deployment_summaries(pool, costs={COST: replay}), (COST,))
+    assert breakdown.best_fixed_n == row["best_fixed_n"]
+    assert breakdown.profit == pytest.approx(row["mean_adaptive_profit"], rel=1e-9)
+    assert breakdown.fixed_profit == pytest.approx(row["mean_best_fixed_profit"], rel=1e-9)
+    assert breakdown.oracle_profit == pytest.approx(row["mean_oracle_profit"], rel=1e-9)
+
+
+def test_known_answer_point_masses():
+    """Every prompt one repeated reward: the oracle stops at 1 sample, TailPandora calls the
+    point mass after 32 ("tied"), so all of its gap is sampling cost, 31 c per request."""
+    pool = np.repeat(np.arange(5.0)[:, None], 100, axis=1)
+    b = loss_breakdown(pool, COST, policy="tail", orderings=3)
+    (tied,) = b.reasons
+    assert (tied.reason, tied.requests, tied.samples) == ("tied", 15, 32.0)
+    assert b.best_fixed_n == 1 and b.oracle_samples == 1.0
+    assert tied.sampling_part == pytest.approx(5 * 31 * COST)
+    assert tied.acceptance_part == 0.0
+    assert tied.loss_vs_oracle == pytest.approx(tied.loss_vs_fixed)
+
+
+def test_unknown_policy_is_refused(pool):
+    with pytest.raises(ValueError, match="policy must be one of"):
+        loss_breakdown(pool, COST, policy="nope", orderings=1)
+
+
+def test_cli_prints_one_block_per_cost(tmp_path, pool, capsys):
+    path = tmp_path / "pool.npz"
+    np.savez(path, rewards=pool)
+    assert main([str(path), "--cost", "0.001", "--cost", "0.01", "--orderings", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("profit per request") == 2
+    assert "loss per deployment by stop reason" in out
