@@ -155,6 +155,28 @@ def test_no_ceiling_stop_without_an_established_bound(mode):
     assert _run(_policies(prior)[mode], [TOP + 1.0, *rewards[1:]])[1] != "ceiling"
 
 
+@pytest.mark.parametrize("policy_class", [ShapePandora, BayesShapePandora])
+def test_a_known_ceiling_replaces_the_requests_tie_guess(policy_class):
+    """Below an established ceiling, a best tied three times is the scale's resolution (rounded
+    scores), not a clip: the cost policies keep sampling and find the better reward; without
+    a ceiling the request's own guess still stops it ("tied")."""
+    rounded = [0.4, 1.3, 0.2, 1.3, 0.9, 1.3, 0.5, 0.7, 0.1, 0.6, 0.8, 0.3] + [1.9] + [0.5] * 60
+    guess = policy_class(1e-4, prior=CostShapePrior(), max_samples=64)
+    assert _run(guess, rounded) == (8, "tied")
+    known = policy_class(1e-4, prior=_established(CostShapePrior()), max_samples=64)
+    n, reason = _run(known, rounded)
+    assert n >= 13 and known.best == 1.9 and reason != "tied"
+
+
+def test_tail_pandora_without_the_tie_guess_keeps_the_point_mass_rule():
+    rounded = [0.4, 1.3, 0.2, 1.3, 0.9, 1.3, 0.5, 0.7] + [0.6] * 56
+    assert _run(TailPandora(1e-4, max_samples=64), rounded) == (8, "tied")
+    policy = TailPandora(1e-4, max_samples=64, tie_ceiling=False)
+    assert _run(policy, rounded)[1] != "tied"
+    point_mass = TailPandora(1e-4, max_samples=64, tie_ceiling=False)
+    assert _run(point_mass, [0.6] * 64) == (32, "tied")
+
+
 def test_priors_without_a_ceiling_change_nothing():
     assert ceiling_of(None) is None and ceiling_of(TailPrior()) is None
     policy = ShapePandora(1e-3, prior=TailPrior(), max_samples=64)

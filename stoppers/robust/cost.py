@@ -54,6 +54,9 @@ class TailPandora(TailPolicy):
         ``TailPrior()``.
     floor: the deployment's established reward floor (:func:`~stoppers.robust.ceiling.floor_of`)
         or None.
+    tie_ceiling: stop when the best is tied 3 times above lower rewards (a clip the request
+        guesses); False once the deployment's ceiling is established
+        (:class:`~stoppers.robust.tracker.BestTies`).
     """
 
     all_tied = COST_ALL_TIED
@@ -70,6 +73,7 @@ class TailPandora(TailPolicy):
         xi_z: float = 0.0,
         prior: TailPrior | XiPrior | None = None,
         floor: FloorBound | None = None,
+        tie_ceiling: bool = True,
     ) -> None:
         cost = float(cost)
         if not (cost > 0.0 and math.isfinite(cost)):
@@ -83,6 +87,7 @@ class TailPandora(TailPolicy):
             kappa_z=kappa_z,
             prior=prior,
             floor=floor,
+            tie_ceiling=tie_ceiling,
         )
         for name, z in (("scale_z", scale_z), ("xi_z", xi_z)):
             if not (z >= 0.0 and math.isfinite(z)):

@@ -36,6 +36,7 @@ class TailPolicy(StoppingPolicy):
         kappa_z: float,
         prior: TailPrior | XiPrior | None,
         floor: FloorBound | None = None,
+        tie_ceiling: bool = True,
     ) -> None:
         super().__init__(max_samples=max_samples)
         if not (0.0 < alpha < 1.0):
@@ -57,6 +58,7 @@ class TailPolicy(StoppingPolicy):
             xi0=self.prior.xi0,
             prior_weight=self.prior.weight,
             xi_posterior=self.prior.posterior_xi if learned else None,
+            tie_ceiling=tie_ceiling,
         )
         self._fit_seen: TailFit | None = None
         self._kappa_off = math.nan

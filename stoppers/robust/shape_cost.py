@@ -360,8 +360,8 @@ class LearnedShapeCost(StoppingPolicy):
         self.min_samples = _default_min_samples(min_samples, max_samples)
         self._cold: TailPandora | None = None
         self._shift = 0.0  # first reward: sums of shifted rewards keep the variance exact
-        self._ties = BestTies()
         self._ceiling = ceiling_of(prior)
+        self._ties = BestTies(enabled=self._ceiling is None)  # a known top replaces the guess
         self._floor = floor_of(prior)
         self._sum = 0.0
         self._sum_sq = 0.0
@@ -379,6 +379,7 @@ class LearnedShapeCost(StoppingPolicy):
             max_samples=self.max_samples,
             prior=_tail_prior(prior),
             floor=self._floor,
+            tie_ceiling=self._ceiling is None,
         )
 
     def _mean_var(self, n: int) -> tuple[float, float]:
