@@ -24,11 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stoppers import default_cost_policy, new_deployment_prior
 from stoppers.base import StoppingPolicy
 from stoppers.deployment import DeploymentPrior
 from stoppers.faircap import acceptance_rate
 from stoppers.replay.baselines import fixed_best, oracle_outcome
 from stoppers.replay.deployment import deployment_batch, replay_deployment
+from stoppers.robust.cost import TailPandora
 
 __all__ = ["LossBreakdown", "ReasonLoss", "loss_breakdown", "main"]
 
@@ -67,9 +69,6 @@ def _policy_maker(
 ) -> tuple[
     Callable[[DeploymentPrior | None], StoppingPolicy], Callable[[], DeploymentPrior] | None
 ]:
-    from stoppers import default_cost_policy, new_deployment_prior
-    from stoppers.robust.cost import TailPandora
-
     if name == "default":
         return (
             lambda prior: default_cost_policy(cost, max_samples=max_samples, prior=prior),
