@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from typing import Any
 
@@ -14,6 +15,7 @@ from scipy import special
 
 import stoppers
 from server.priors import PriorStore
+from server.table_builds import THREAD_NAME
 from stoppers.base import StoppingPolicy
 from tests.fakes import FakeReward, FakeUpstream, Fault, quality_of
 from tests.fakes.gateway import start_gateway
@@ -420,18 +422,29 @@ def test_table_builds_resume_when_the_app_starts_again():
     asyncio.run(two_lifespans())
 
 
-def test_default_cost_policy_learns_the_shape_through_the_gateway(fake_upstream):
-    """The real default policy and cost prior over HTTP: requests of >= 24 rewards teach the
-    shape (the fake's qualities are uniform on [0, 1) for every prompt, scored through the
-    normal quantile: one shared normal shape), the prior becomes trusted, and requests served
-    on the learned shape still answer normally. (Uniform scores themselves sit at the tail
-    test's edge - dispersion 1.58-1.60 after ~44 requests - and made this test flaky.)"""
+def test_default_cost_policy_learns_the_shape_through_the_gateway(fake_upstream, monkeypatch):
+    """The real default policy and cost prior over HTTP: every request teaches the prior (the
+    fake's qualities are uniform on [0, 1) for every prompt, scored through the normal
+    quantile: one shared normal shape). Once 8 streams are kept, the shape is fitted by
+    likelihood on the gateway's build thread - never on the event loop - and the requests
+    served on it still answer normally."""
+    from stoppers.robust import likelihood_cost
+
+    threads: list[str] = []
+    real_fit = likelihood_cost.fit_shape
+
+    def recorded_fit(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(likelihood_cost, "fit_shape", recorded_fit)
 
     def normal_score(text: str) -> float:
         return float(special.ndtri(min(max(quality_of(text, 0.5), 1e-6), 1.0 - 1e-6)))
 
     server = start_gateway(fake_upstream, FakeReward(scorer=normal_score), max_samples=64)
     headers = {"X-Pandora-Cost": "0.0001", "X-Pandora-Max-Samples": "64"}
+    policies = "pandora_prior_policies_total"
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
             priors = server.server.config.app.state.priors
@@ -439,13 +452,15 @@ def test_default_cost_policy_learns_the_shape_through_the_gateway(fake_upstream)
                 response = client.post(URL, json=body("gen"), headers=headers)
                 assert response.status_code == 200
                 prior = priors.get("gen", "cost")
-                if stoppers.default_cost_policy(1e-4, max_samples=64, prior=prior).warm:
+                if prior.likelihood_shape is not None:  # installed on the loop by the build
                     break
             else:
-                pytest.fail("60 requests did not teach the cost prior a trusted shape")
-            assert prior.shape_requests >= 8 and prior.tail_draws >= 1000
-            assert prior.shape_dispersion is not None and prior.shape_dispersion <= 1.6
+                pytest.fail("60 requests did not teach the cost prior a likelihood shape")
+            assert prior.requests >= 8 and prior.likelihood_shape.tied == 0.0
             before = server.metric("pandora_prior_updates_total", mode="adaptive", result="learned")
+            cold = server.metric(policies, mode="adaptive", shape="cold_start")
+            warm = server.metric(policies, mode="adaptive", shape="learned")
+            assert cold >= 8 and cold + warm == before  # the first 8 ran the cold start
             for _ in range(3):  # warm requests: answered, and they keep teaching the prior
                 response = client.post(URL, json=body("gen"), headers=headers)
                 assert response.status_code == 200
@@ -454,13 +469,13 @@ def test_default_cost_policy_learns_the_shape_through_the_gateway(fake_upstream)
                 "pandora_prior_updates_total", mode="adaptive", result="learned"
             )
             assert learned == before + 3
-            # Grafana can tell: every request before the prior was trusted ran the cold start
-            policies = "pandora_prior_policies_total"
-            assert server.metric(policies, mode="adaptive", shape="learned") == 3
-            assert server.metric(policies, mode="adaptive", shape="cold_start") == before
+            # Grafana can tell: these three decided on the learned shape
+            assert server.metric(policies, mode="adaptive", shape="learned") == warm + 3
+            assert server.metric(policies, mode="adaptive", shape="cold_start") == cold
             assert server.metric(policies, mode="target", shape="learned") == 0
     finally:
         server.stop()
+    assert threads and all(name.startswith(THREAD_NAME) for name in threads)
 
 
 @pytest.mark.parametrize("mode", ["adaptive", "target"])

@@ -167,7 +167,9 @@ def test_untrusted_shapes_keep_to_the_cold_start_like_shape_pandora():
         prior.update(np.where(good, rng.normal(4.0, 0.5, 80), rng.normal(size=80)).tolist())
     assert prior.dispersion is not None and prior.dispersion > 1.6
     assert not BayesShapePandora(1e-3, max_samples=100, prior=prior).warm
-    assert not ShapePandora(1e-3, max_samples=100, prior=prior).warm
+    assert not ShapePandora(1e-3, max_samples=100, prior=prior, likelihood=False).warm
+    # ShapePandora's likelihood path needs no shared shape (tests/test_robust_likelihood_cost.py)
+    assert ShapePandora(1e-3, max_samples=100, prior=prior).fitted_shape is not None
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])

@@ -152,14 +152,14 @@ def test_deconvolution_is_for_the_recorded_histogram_only():
     assert restored.deconvolve and not restored.likelihood
 
 
-def test_the_cost_prior_keeps_no_streams():
+def test_the_cost_prior_keeps_the_streams_of_its_likelihood_shape():
     rng = np.random.default_rng(5)
     prior = CostShapePrior()
     for _ in range(5):
         assert prior.update(rng.normal(size=40))
-    assert prior.streams == [] and not prior.likelihood
+    assert len(prior.streams) == 5 and prior.likelihood
     restored = CostShapePrior.from_dict(json.loads(json.dumps(prior.to_dict())))
-    assert restored.streams == [] and not restored.likelihood
+    assert restored.streams == prior.streams and restored.likelihood
 
 
 def test_table_keys_built_at_one_request_count_share_one_fit(monkeypatch):

@@ -47,12 +47,15 @@ from stoppers.base import StoppingPolicy
 from stoppers.robust.ceiling import ceiling_of, floor_gain_bound, floor_of
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.gpd_tail import acceptance
+from stoppers.robust.likelihood_cost import FittedShape
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.shape_prior import (
     S_BINS,
     S_HI,
     S_LO,
+    STREAM_REQUESTS,
+    STREAM_REWARDS,
     Z_BINS,
     Z_HI,
     Z_LO,
@@ -97,6 +100,14 @@ MAX_DISPERSION = 1.6
 # 40 prompts x 100 deployments); with it those keep to TailPandora, and at 960 samples the
 # shape is trusted after ~16-24 requests instead of 8 (README "Budgets").
 DRAWS_ABOVE_QUANTILE = 10.0
+# The likelihood path (FittedShape): used once this many requests' streams are kept, refitted
+# as requests grow by half (at most every REFIT_EVERY requests, so the shape follows drift),
+# and only for continuous rewards: kept streams that repeat more than TIED_MAX of their
+# rewards (rounded scores, a clip) keep to the paths above.
+LIKELIHOOD_MIN_REQUESTS = 8
+REFIT_EVERY = 256
+TIED_MAX = 0.01
+LIKELIHOOD_KEY = ("likelihood-shape",)
 
 
 @dataclass
@@ -124,7 +135,7 @@ class CostShapePrior(ShapePrior):
     """
 
     min_rewards: int = COST_PRIOR_MIN_REWARDS
-    likelihood: bool = False  # cost mode reads the recorded histogram: keep no streams
+    likelihood: bool = True  # keep streams: FittedShape is fitted on them
     shape_requests: int = 0
     tail_hits: float = 0.0  # sum over shape requests of h = draws above the level
     tail_hits_sq: float = 0.0  # sum of h^2 / m (m = the request's standardised draws)
@@ -139,6 +150,8 @@ class CostShapePrior(ShapePrior):
     xi: XiPrior = field(default_factory=XiPrior)  # persisted
     # Bayes cost tables built on this prior (stoppers.robust.bayes_cost.cost_table); not persisted
     cost_tables: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
+    # the shape fitted by likelihood to the kept streams (fitted_shape); not persisted
+    likelihood_shape: FittedShape | None = field(default=None, repr=False, compare=False)
 
     @property
     def dispersion(self) -> float | None:
@@ -201,6 +214,48 @@ class CostShapePrior(ShapePrior):
             return tail_learned
         self.s_counts[_s_bin(np.array([math.log(sd)]))[0]] += 1.0
         self.requests += 1
+        if self.likelihood:  # short streams too: leaving them out would select on the data
+            self.streams.append(x[:STREAM_REWARDS].tolist())
+            del self.streams[:-STREAM_REQUESTS]
+        return True
+
+    # -- the likelihood shape (fitted to the kept streams; built like the target tables) -----
+    def fitted_shape(self) -> FittedShape | None:
+        """The shape fitted by likelihood to the kept streams, refitted as requests grow.
+
+        None until ``LIKELIHOOD_MIN_REQUESTS`` streams are kept. Without
+        :attr:`schedule_build` a missing or stale fit is made here (blocking, ~0.05-0.5 s);
+        with it the newest fit (stale or not, None if none) is returned and the hook is asked
+        to refit elsewhere (the gateway's worker thread), as for the target tables.
+        """
+        if not self.likelihood or len(self.streams) < LIKELIHOOD_MIN_REQUESTS:
+            return None
+        cached = self.likelihood_shape
+        if cached is not None and not _refit_due(cached.requests, self.requests):
+            return cached
+        if self.schedule_build is not None:
+            self.schedule_build(self, LIKELIHOOD_KEY)
+            return cached
+        fitted = self.prepare(LIKELIHOOD_KEY)()
+        self.install(LIKELIHOOD_KEY, fitted)
+        return self.likelihood_shape
+
+    def prepare(self, key: Any) -> Any:
+        """A build of ``key``: the likelihood shape on a copy of the kept streams (which never
+        change once kept), or a target table (:meth:`ShapePrior.prepare`)."""
+        if key != LIKELIHOOD_KEY:
+            return super().prepare(key)
+        streams, requests = list(self.streams), self.requests
+        return lambda: FittedShape.fit(streams, requests)
+
+    def install(self, key: Any, table: Any) -> bool:
+        """Keep a finished build unless one fitted on more requests is already there."""
+        if key != LIKELIHOOD_KEY:
+            return super().install(key, table)
+        cached = self.likelihood_shape
+        if table is None or (cached is not None and cached.requests > table.requests):
+            return False
+        self.likelihood_shape = table
         return True
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,6 +273,7 @@ class CostShapePrior(ShapePrior):
         restore have given that test enough counts of its own. One from before the tail-shape
         prior has no ``xi``: the cold start learns it afresh."""
         prior = super().from_dict(data)
+        prior.likelihood = True  # a snapshot from before the likelihood path keeps streams now
         prior.xi = XiPrior.from_dict(data.get("xi"))
         for key in _COUNTERS:
             setattr(prior, key, type(getattr(prior, key))(data.get(key, 0)))
@@ -231,6 +287,11 @@ class CostShapePrior(ShapePrior):
                 raise ValueError(f"{key} must hold finite counts >= 0")
             setattr(prior, key, counts)
         return prior
+
+
+def _refit_due(fitted_at: int, requests: int) -> bool:
+    """Refit once requests grew by half (at least 4, at most ``REFIT_EVERY``) since the fit."""
+    return requests >= fitted_at + min(max(4, fitted_at // 2), REFIT_EVERY)
 
 
 _COUNTERS = (
@@ -281,9 +342,7 @@ class CostShape:
         mean = float(p @ z)
         var = float(p @ (z - mean) ** 2)
         kurtosis = float(p @ (z - mean) ** 4) / var**2 if var > 0.0 else 3.0
-        s_p = scales / scales.sum()
-        s_mu = float(s_p @ _S_CENTRES)
-        s_var = float(s_p @ (_S_CENTRES - s_mu) ** 2)
+        s_mu, s_precision = scale_prior(scales)
         return cls(
             z=z,
             p=p,
@@ -291,7 +350,7 @@ class CostShape:
             above_alpha=float(p[i:].sum()),
             sd_precision=4.0 / max(kurtosis - 1.0, 0.5),
             scale_mu=s_mu,
-            scale_precision=1.0 / max(s_var, 0.01),
+            scale_precision=s_precision,
         )
 
     def expected_gain(self, b: float, s: float, loc_sd: float, log_s_sd: float) -> float:
@@ -318,6 +377,16 @@ class CostShape:
             ar = 2.0 * e / (1.0 + e)
             gain = gain + np.maximum(ar - base[:, None], 0.0) @ p[lo:hi]
         return float(_NODE_W @ gain)
+
+
+def scale_prior(s_counts: Any) -> tuple[float, float]:
+    """Mean and precision of log sd across the requests counted in ``s_counts`` (> 0 total);
+    the precision is capped at 100 (sd 0.1) so a few alike requests cannot pin a new one."""
+    scales = np.asarray(s_counts, dtype=np.float64)
+    s_p = scales / scales.sum()
+    s_mu = float(s_p @ _S_CENTRES)
+    s_var = float(s_p @ (_S_CENTRES - s_mu) ** 2)
+    return s_mu, 1.0 / max(s_var, 0.01)
 
 
 def _tail_prior(prior: object) -> TailPrior | XiPrior | None:
@@ -428,7 +497,14 @@ class ShapePandora(LearnedShapeCost):
         :class:`CostShapePrior`, whose learned xi distribution the cold start reads); a
         :class:`TailPrior` or None gives the cold-start policy.
     warm_requests: requests the prior must have learned from before its shape is trusted.
-    inflation: factor on the parameters' posterior standard deviations (optimism).
+    inflation: factor on the parameters' posterior standard deviations (optimism; the
+        moment path only).
+    likelihood: on continuous rewards, decide on the shape fitted by likelihood with the
+        request's location and scale integrated out by likelihood
+        (:mod:`stoppers.robust.likelihood_cost`) once the prior keeps
+        ``LIKELIHOOD_MIN_REQUESTS`` streams, in place of both paths below. False: the policy
+        of 2026-11-25 (the recorded shape with moment errors where the prompts pass the
+        shared-shape tests, else the cold start).
     """
 
     def __init__(
@@ -441,6 +517,7 @@ class ShapePandora(LearnedShapeCost):
         prior: ShapePrior | TailPrior | None = None,
         warm_requests: int = WARM_REQUESTS,
         inflation: float = INFLATION,
+        likelihood: bool = True,
     ) -> None:
         super().__init__(
             cost, alpha=alpha, min_samples=min_samples, max_samples=max_samples, prior=prior
@@ -449,10 +526,17 @@ class ShapePandora(LearnedShapeCost):
             raise ValueError(f"inflation must be finite and > 0, got {inflation!r}")
         self.inflation = float(inflation)
         shape = None
-        if _trusted(prior, warm_requests, self.alpha):
+        fitted = _continuous_shape(prior) if likelihood else None
+        if fitted is not None:
+            assert isinstance(prior, CostShapePrior)
+            self._z_alpha = fitted.quantile(self.alpha)
+            self._scale_prior = scale_prior(prior.s_counts)
+            self._seen: list[float] = []
+        elif _trusted(prior, warm_requests, self.alpha):
             shape = CostShape.from_prior(prior, self.alpha)
+        self.fitted_shape = fitted
         self.shape = shape
-        if shape is None:
+        if shape is None and fitted is None:
             self._start_cold(prior)
         self._eval_n = 0
         self._eval_best = -math.inf
@@ -462,7 +546,7 @@ class ShapePandora(LearnedShapeCost):
     @property
     def warm(self) -> bool:
         """True when the learned shape decides (False: the cold-start TailPandora)."""
-        return self.shape is not None
+        return self._cold is None
 
     @property
     def expected_gain(self) -> float | None:
@@ -483,8 +567,23 @@ class ShapePandora(LearnedShapeCost):
         kappa = self.threshold
         return None if kappa is None else acceptance(self._best - kappa)
 
+    def _decide(self, reward: float) -> str | None:
+        if self.fitted_shape is not None:
+            self._seen.append(reward)
+        return super()._decide(reward)
+
     def _warm_decide(self, n: int) -> str | None:
         if n > EXACT_UNTIL and self._best <= self._eval_best and n < self._eval_n + n // 32:
+            return "threshold" if self._gain <= self.cost else None
+        fitted = self.fitted_shape
+        if fitted is not None:
+            if not self._mean_var(n)[1] > 0.0:
+                return None  # all tied so far: no scale to judge the best against yet
+            self._gain, self._kappa = fitted.posterior_gain(
+                np.asarray(self._seen), self._best, self._z_alpha, *self._scale_prior
+            )
+            self._eval_n = n
+            self._eval_best = self._best
             return "threshold" if self._gain <= self.cost else None
         mean, var = self._mean_var(n)
         if not var > 0.0:
@@ -502,6 +601,14 @@ class ShapePandora(LearnedShapeCost):
         self._eval_n = n
         self._eval_best = self._best
         return "threshold" if self._gain <= self.cost else None
+
+
+def _continuous_shape(prior: object) -> FittedShape | None:
+    """The prior's likelihood shape if it has one and its streams are continuous, else None."""
+    if not isinstance(prior, CostShapePrior) or not np.asarray(prior.s_counts).sum() > 0.0:
+        return None
+    fitted = prior.fitted_shape()
+    return fitted if fitted is not None and fitted.tied <= TIED_MAX else None
 
 
 def _trusted(prior: object, warm_requests: int, alpha: float = 0.99) -> bool:

@@ -1,0 +1,134 @@
+"""Cost mode's one-step gain with the request's location and scale integrated out by likelihood.
+
+Why: :class:`~stoppers.robust.shape_cost.ShapePandora` first judged a request's location m and
+scale s by its mean and sd, with normal-theory errors (N(mean, s^2/n), and log sd with the
+shape's kurtosis). That is efficient for normal rewards and poor for others: on bimodal rewards
+(a bulk and a better mode) the sd mixes the two modes, kappa = m + s z_alpha inherits that
+noise, and requests kept sampling for a benchmark they had overestimated. The likelihood of the
+request's own rewards under the deployment's shape, prod_i f((x_i - m) / s) / s, says where the
+good mode sits from the good rewards themselves. Measured before this module was written
+(scratch, 24 mixture prompts x 10 orderings, each prompt told its exact shape): the moment
+posterior earned 0.995 of the best fixed N at c = 1e-3, the likelihood posterior 1.015.
+
+The shape f is the deployment's, fitted by likelihood to its kept reward streams
+(:func:`stoppers.robust.shape_likelihood.fit_shape`: each stream's location and scale integrated
+out, so it is not bent by the stopping rule); a request's posterior over (m, log s) is computed
+on a grid around its moment estimates (flat in m, the deployment's learned distribution of log
+sd as the prior of log s), and Weitzman's test (Definitions "Fair-cap value", "Weitzman's
+Algorithm") averages the one-step gain E[(AR_kappa(V) - AR_kappa(M))+] over it, with
+V = m + s Z and kappa = m + s z_alpha at every grid node.
+
+A histogram density has no room for a rounding lattice or a point mass at a clip, so
+:attr:`FittedShape.tied` records how often the kept streams repeat a reward; the policy uses
+this path only for continuous rewards (see ``shape_cost.TIED_MAX``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from stoppers.robust.gpd_tail import _acceptance_array
+from stoppers.robust.shape_likelihood import EM_BINS, EM_HI, EM_LO, fit_shape
+
+__all__ = ["GRID_NODES", "GRID_SPAN", "FittedShape", "tied_fraction"]
+
+EDGES = np.linspace(EM_LO, EM_HI, EM_BINS + 1)
+WIDTH = (EM_HI - EM_LO) / EM_BINS
+CENTRES = 0.5 * (EDGES[:-1] + EDGES[1:])
+GRID_NODES = 15  # per axis: 225 (m, log s) nodes
+GRID_SPAN = 5.0  # the grid spans +-5 normal-theory standard errors around mean and log sd
+_FLOOR = 1e-12  # bin probability under which a reward counts as (almost) impossible
+_LAST = float(CENTRES[-1] - CENTRES[0])
+_GRID = np.linspace(-GRID_SPAN, GRID_SPAN, GRID_NODES)
+_NODE_M = np.repeat(_GRID, GRID_NODES)
+_NODE_L = np.tile(_GRID, GRID_NODES)
+
+
+def tied_fraction(streams: Sequence[Sequence[float]]) -> float:
+    """Fraction of the streams' rewards that repeat an earlier reward of the same stream."""
+    total = sum(len(s) for s in streams)
+    repeats = sum(len(s) - len(set(s)) for s in streams)
+    return repeats / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class FittedShape:
+    """The deployment's standardised shape (mean 0, sd 1) fitted by likelihood.
+
+    ``p``: probabilities of the bins ``EDGES`` (width 0.05 on [-8, 8]); ``requests``: the
+    prior's request count when the streams were taken (what staleness is judged by);
+    ``streams``: how many streams it was fitted to; ``tied``: :func:`tied_fraction` of them.
+    """
+
+    p: np.ndarray
+    requests: int
+    streams: int
+    tied: float
+
+    @classmethod
+    def fit(cls, streams: Sequence[Sequence[float]], requests: int) -> FittedShape | None:
+        """Fit to ``streams`` (rewards in observation order); None if none is usable."""
+        p = fit_shape(streams, EDGES)
+        if p is None:
+            return None
+        return cls(p=p, requests=int(requests), streams=len(streams), tied=tied_fraction(streams))
+
+    def __post_init__(self) -> None:
+        p = np.asarray(self.p, dtype=np.float64)
+        object.__setattr__(self, "p", p)
+        object.__setattr__(self, "_log_density", np.log(np.maximum(p, _FLOOR) / WIDTH))
+        mean = float(p @ CENTRES)
+        var = float(p @ (CENTRES - mean) ** 2)
+        kurtosis = float(p @ (CENTRES - mean) ** 4) / var**2 if var > 0.0 else 3.0
+        # precision of log sd per sample (delta method): sets the grid's log-scale span
+        object.__setattr__(self, "sd_precision", 4.0 / max(kurtosis - 1.0, 0.5))
+
+    def quantile(self, alpha: float) -> float:
+        """The shape's alpha-quantile z_alpha (the benchmark in standardised units)."""
+        i = int(np.searchsorted(np.cumsum(self.p), alpha))
+        return float(CENTRES[min(i, CENTRES.size - 1)])
+
+    def posterior_gain(
+        self,
+        rewards: np.ndarray,
+        best: float,
+        z_alpha: float,
+        scale_mu: float,
+        scale_precision: float,
+    ) -> tuple[float, float]:
+        """(one-step gain, posterior mean of kappa) for a request holding ``rewards``.
+
+        Posterior over (m, log s) on the grid: sum_i log f((x_i - m) / s) - n log s (flat in m
+        and log s) plus the log-sd prior N(scale_mu, 1 / scale_precision). The gain at a node
+        is E[(AR(m + sZ - kappa) - AR(best - kappa))+], kappa = m + s z_alpha: the bins past
+        kappa accept with probability 1, those between the best and kappa with AR.
+        """
+        x = np.asarray(rewards, dtype=np.float64)
+        n = x.size
+        mean = float(x.mean())
+        sd = float(x.std(ddof=1))
+        m = mean + _NODE_M * sd / math.sqrt(n)
+        log_s = math.log(sd) + _NODE_L / math.sqrt(self.sd_precision * (n - 1))
+        s = np.exp(log_s)
+        # log f linear between bin centres: a step density would make the likelihood jump as
+        # rewards cross bin edges (a jagged posterior once n is in the hundreds)
+        u = np.clip((x[None, :] - m[:, None]) / s[:, None] - CENTRES[0], 0.0, _LAST) / WIDTH
+        i = np.minimum(u.astype(np.int64), EM_BINS - 2)
+        t = u - i
+        log_f = self._log_density
+        log_post = ((1.0 - t) * log_f[i] + t * log_f[i + 1]).sum(axis=1) - n * log_s
+        log_post -= 0.5 * scale_precision * (log_s - scale_mu) ** 2
+        w = np.exp(log_post - log_post.max())
+        keep = w > 1e-6  # nodes with under a millionth of the top node's weight add nothing
+        m, s, w = m[keep], s[keep], w[keep] / w[keep].sum()
+        kappa = m + s * z_alpha
+        base = _acceptance_array(best - kappa)
+        lo = int(np.searchsorted(CENTRES, float(np.min((best - m) / s))))
+        zt, pt = CENTRES[lo:], self.p[lo:]
+        ar = _acceptance_array(s[:, None] * (zt[None, :] - z_alpha))
+        gain = np.maximum(ar - base[:, None], 0.0) @ pt
+        return float(w @ gain), float(w @ kappa)

@@ -1,0 +1,181 @@
+"""ShapePandora's likelihood path: the deployment's shape fitted by likelihood, each request's
+location and scale integrated out by likelihood (stoppers.robust.likelihood_cost)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, special, stats
+
+from stoppers.replay.synth import SynthSpec, generate
+from stoppers.robust.likelihood_cost import CENTRES, EDGES, FittedShape, tied_fraction
+from stoppers.robust.shape_cost import (
+    LIKELIHOOD_KEY,
+    LIKELIHOOD_MIN_REQUESTS,
+    CostShapePrior,
+    ShapePandora,
+)
+
+
+def _normal_shape() -> FittedShape:
+    return FittedShape(p=np.diff(special.ndtr(EDGES)), requests=1, streams=1, tied=0.0)
+
+
+def _ar(d: float) -> float:
+    return 1.0 if d >= 0.0 else 2.0 * math.exp(d) / (1.0 + math.exp(d))
+
+
+def _known_gain(mu: float, sigma: float, best: float, kappa: float) -> float:
+    """E[(AR(V - kappa) - AR(best - kappa))+] for V ~ N(mu, sigma^2), by adaptive quadrature."""
+    base = _ar(best - kappa)
+
+    def integrand(v: float) -> float:
+        return max(_ar(v - kappa) - base, 0.0) * stats.norm.pdf(v, mu, sigma)
+
+    below, _ = integrate.quad(integrand, best, kappa, limit=200)
+    return below + (1.0 - base) * stats.norm.sf(kappa, mu, sigma)
+
+
+def test_with_many_rewards_the_gain_is_the_known_distributions():
+    # 20,000 normal rewards pin (m, s): the posterior-averaged gain is the plug-in gain of the
+    # known N(mean, sd) with kappa at its alpha-quantile (histogram bins of 0.05 sd).
+    shape = _normal_shape()
+    rng = np.random.default_rng(0)
+    x = 3.0 + 1.7 * rng.standard_normal(20_000)
+    za = shape.quantile(0.99)
+    assert za == pytest.approx(special.ndtri(0.99), abs=0.03)
+    mean, sd = float(x.mean()), float(x.std(ddof=1))
+    for best in (mean + 1.0 * sd, mean + 2.0 * sd, mean + 2.6 * sd):
+        gain, kappa = shape.posterior_gain(x, best, za, 0.0, 1e-6)
+        assert kappa == pytest.approx(mean + sd * za, abs=0.02 * sd)
+        assert gain == pytest.approx(_known_gain(mean, sd, best, mean + sd * za), rel=0.03)
+
+
+def test_the_gain_falls_as_the_best_rises_and_grows_with_fewer_rewards():
+    shape = _normal_shape()
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(400)
+    za = shape.quantile(0.99)
+    gains = [shape.posterior_gain(x, b, za, 0.0, 1e-6)[0] for b in (0.5, 1.5, 2.5, 3.5)]
+    assert all(a > b for a, b in itertools.pairwise(gains))
+    # parameter uncertainty adds optimism: the same best and sample moments, fewer rewards
+    few = rng.standard_normal(12)
+    few = (few - few.mean()) / few.std(ddof=1) * x.std(ddof=1) + x.mean()
+    assert (
+        shape.posterior_gain(few, 2.0, za, 0.0, 1e-6)[0]
+        > shape.posterior_gain(x, 2.0, za, 0.0, 1e-6)[0]
+    )
+
+
+def _mixture(prompts: int, seed: int, samples: int = 400) -> np.ndarray:
+    return generate(SynthSpec(family="mixture", prompts=prompts, samples=samples, seed=seed))[
+        "rewards"
+    ]
+
+
+def test_on_bimodal_rewards_the_likelihood_finds_kappa_better_than_the_moments():
+    """The point of the module: a bulk and a better mode. The sd mixes the modes; the
+    likelihood places the good mode from the good rewards themselves."""
+    streams = [row[:96].tolist() for row in _mixture(60, seed=0)]
+    shape = FittedShape.fit(streams, requests=60)
+    assert shape is not None and shape.tied == 0.0
+    za = shape.quantile(0.99)
+    lik_err, moment_err = [], []
+    for row in _mixture(80, seed=1, samples=960):
+        kappa = float(np.quantile(row, 0.99))
+        x = row[:40]
+        sd = float(x.std(ddof=1))
+        _, k_lik = shape.posterior_gain(x, float(x.max()), za, math.log(sd), 1e-6)
+        lik_err.append(abs(k_lik - kappa) / row.std())
+        moment_err.append(abs(float(x.mean()) + sd * za - kappa) / row.std())
+    assert np.mean(lik_err) < 0.8 * np.mean(moment_err)
+
+
+def _prior_of(rows: np.ndarray, n: int) -> CostShapePrior:
+    prior = CostShapePrior()
+    for row in rows:
+        prior.update(row[:n].tolist())
+    return prior
+
+
+def test_policy_decides_on_the_likelihood_shape_once_8_streams_are_kept():
+    rows = _mixture(12, seed=2)
+    prior = CostShapePrior()
+    for k, row in enumerate(rows):
+        policy = ShapePandora(1e-3, prior=prior)
+        assert policy.warm == (k >= LIKELIHOOD_MIN_REQUESTS)
+        assert (policy.fitted_shape is not None) == policy.warm
+        prior.update(row[:60].tolist())
+    # bimodal prompts fail the shared-shape tests: without the likelihood path, the cold start
+    assert prior.dispersion > 1.6 or prior.shape_dispersion > 1.6
+    assert not ShapePandora(1e-3, prior=prior, likelihood=False).warm
+    policy = ShapePandora(1e-3, prior=prior, max_samples=400)
+    for reward in _mixture(1, seed=3)[0]:
+        if policy.observe(float(reward)):
+            break
+    assert policy.stop_reason == "threshold" and policy.uses_learned_prior
+    assert policy.threshold is not None and policy.expected_gain <= 1e-3
+
+
+def test_tied_rewards_keep_to_the_earlier_paths():
+    rng = np.random.default_rng(4)
+    prior = CostShapePrior()
+    for _ in range(20):  # scores rounded to 0.5: most rewards repeat
+        prior.update((np.round(rng.normal(0.0, 2.0, 60) * 2.0) / 2.0).tolist())
+    fitted = prior.fitted_shape()
+    assert fitted is not None and fitted.tied > 0.5
+    assert ShapePandora(1e-3, prior=prior).fitted_shape is None
+    assert tied_fraction([[1.0, 1.0, 2.0, 1.0], [3.0]]) == pytest.approx(2 / 5)
+
+
+def test_prior_keeps_short_streams_refits_as_requests_grow_and_round_trips():
+    rng = np.random.default_rng(6)
+    prior = CostShapePrior()
+    for k in range(LIKELIHOOD_MIN_REQUESTS - 1):
+        prior.update(rng.normal(size=10 if k % 2 else 200).tolist())  # short ones count too
+    assert len(prior.streams) == LIKELIHOOD_MIN_REQUESTS - 1
+    assert max(len(s) for s in prior.streams) == 96  # each cut to its first 96 rewards
+    assert prior.fitted_shape() is None
+    prior.update(rng.normal(size=30).tolist())
+    first = prior.fitted_shape()
+    assert first is not None and first.requests == LIKELIHOOD_MIN_REQUESTS
+    assert prior.fitted_shape() is first  # cached
+    for _ in range(3):
+        prior.update(rng.normal(size=30).tolist())
+    assert prior.fitted_shape() is first  # not yet grown by 4
+    prior.update(rng.normal(size=30).tolist())
+    second = prior.fitted_shape()
+    assert second is not first and second.requests == LIKELIHOOD_MIN_REQUESTS + 4
+    restored = CostShapePrior.from_dict(json.loads(json.dumps(prior.to_dict())))
+    assert restored.streams == prior.streams
+    np.testing.assert_allclose(restored.fitted_shape().p, second.p)
+    # a snapshot from before the likelihood path kept no streams: it keeps them from now on
+    old = {**prior.to_dict(), "likelihood": False, "streams": []}
+    stale = CostShapePrior.from_dict(old)
+    assert stale.likelihood and stale.fitted_shape() is None
+    stale.update(rng.normal(size=30).tolist())
+    assert len(stale.streams) == 1
+
+
+def test_with_a_build_hook_the_fit_is_asked_for_and_never_made_in_place():
+    prior = _prior_of(_mixture(10, seed=7), 60)
+    asked = []
+    prior.schedule_build = lambda p, key: asked.append(key)
+    assert prior.fitted_shape() is None and asked == [LIKELIHOOD_KEY]
+    assert not ShapePandora(1e-3, prior=prior).warm  # the cold start meanwhile
+    build = prior.prepare(LIKELIHOOD_KEY)
+    prior.update(_mixture(1, seed=8)[0][:60].tolist())  # learning goes on during the build
+    fitted = build()
+    assert fitted.requests == 10 and prior.install(LIKELIHOOD_KEY, fitted)
+    assert prior.fitted_shape() is fitted
+    assert ShapePandora(1e-3, prior=prior).warm
+    older = FittedShape(p=fitted.p, requests=9, streams=9, tied=0.0)
+    assert not prior.install(LIKELIHOOD_KEY, older)  # a fit on fewer requests never replaces
+
+
+def test_shape_geometry():
+    assert CENTRES.size == EDGES.size - 1 and np.allclose(np.diff(CENTRES), 0.05)
