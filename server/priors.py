@@ -16,9 +16,9 @@ each request that finished normally, with the rewards in the order the policy sa
   another reward backend or model is dropped the same way, since a prior learns one reward
   model's shape and scale (a file from before this record is restored, with one warning).
 - A prior whose policy needs derived tables (the target prior's stop tables, ~0.1-0.3 s of CPU
-  each) gets them built off the event loop by :class:`server.table_builds.TableBuilds` (one
-  worker thread); the store attaches it to every prior it creates or restores, and
-  :meth:`PriorStore.aclose` stops it.
+  each; the cost prior's likelihood shape, ~0.1-3 s) gets them built off the event loop by
+  :class:`server.table_builds.TableBuilds` (one worker thread); the store attaches it to every
+  prior it creates or restores, and :meth:`PriorStore.aclose` stops it.
 
 Single asyncio loop, no locks: every call happens on the gateway's event loop (table builds run
 on copies of the prior's histograms and are installed back on the loop).

@@ -1,8 +1,9 @@
 """Per-observe cost of the GPD-tail policies: ``python -m stoppers.robust.bench``.
 
 For each n in (10, 100, 960) a policy is fed n - 1 Student-t(3) rewards with a cost / target
-it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t requests, c =
-1e-12, inflation 50; TailPandora+XiPrior: the xi distribution those requests taught), then
+it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t requests - its
+likelihood path with a cost below any gain, its moment path at c = 1e-12 with inflation 50;
+TailPandora+XiPrior: the xi distribution those requests taught), then
 ``observe`` of one more reward is timed on ``--repeats`` copies of that state (each copy gets
 a fresh reward, so the refit branch is hit as often as in a real stream).
 Prints median and p99 in microseconds. Timings on a shared machine are noisy: compare figures
@@ -76,6 +77,19 @@ def _bayes_unreachable(learned):
     return lambda: BayesShapePandora(1e-3, max_samples=10_000, table=never)
 
 
+def _likelihood_unreachable(learned):
+    """ShapePandora on its likelihood path whose cost is out of reach (a gain is >= 0, the cost
+    is set below it after construction): every observe takes the path it takes in service."""
+
+    def make():
+        policy = ShapePandora(1e-3, max_samples=10_000, prior=learned)
+        assert policy.fitted_shape is not None
+        policy.cost = -1.0
+        return policy
+
+    return make
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000)
@@ -94,9 +108,12 @@ def main(argv: list[str] | None = None) -> int:
             1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0, prior=learned.xi
         ),
         "TailTargetAcceptance": lambda: TailTargetAcceptance(1.0, max_samples=10_000, kappa_z=50.0),
-        # warm (learned shape); parameter uncertainty x50 keeps the gain above c = 1e-12
-        "ShapePandora": lambda: ShapePandora(
-            1e-12, max_samples=10_000, prior=learned, inflation=50.0
+        # the default, warm: the likelihood path (continuous rewards, 40 kept streams)
+        "ShapePandora": _likelihood_unreachable(learned),
+        # its moment path (the default until 2026-11-26); parameter uncertainty x50 keeps the
+        # gain above c = 1e-12
+        "ShapePandora(moments)": lambda: ShapePandora(
+            1e-12, max_samples=10_000, prior=learned, inflation=50.0, likelihood=False
         ),
         "PooledTargetAcceptance": _pooled_unreachable(),
         "BayesShapePandora": _bayes_unreachable(learned),

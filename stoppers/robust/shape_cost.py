@@ -19,6 +19,13 @@ widened by ``inflation`` (optimism: stopping early costs more than sampling once
 5 x 5 Gauss-Hermite grid. The gain of one grid point is a sum over the shape's histogram bins
 between the best and kappa, plus the bins past kappa, whose acceptance is exactly 1.
 
+Since 2026-11-26, on continuous rewards the default decides differently once the prior keeps 8
+requests' streams: on the shape fitted by likelihood to those streams, with the request's own m
+and s integrated out by likelihood rather than by normal-theory moments
+(:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores what follows). It needs
+no shared-shape test: each request's own rewards place it under the pooled shape, which is
+what made bimodal prompts with per-prompt mode weights work (README, "The likelihood path").
+
 Until the prior is trusted - ``warm_requests`` requests, 10 / (1 - alpha) pooled draws, and both
 shared-shape tests passed - or without a prior, the policy is
 :class:`stoppers.robust.cost.TailPandora` (GPD tail, no shape knowledge): the cold start. With a
