@@ -1,8 +1,9 @@
 """Per-observe cost of the GPD-tail policies: ``python -m stoppers.robust.bench``.
 
 For each n in (10, 100, 960) a policy is fed n - 1 Student-t(3) rewards with a cost / target
-it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t requests - its
-likelihood path with a cost below any gain, its moment path at c = 1e-12 with inflation 50;
+it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t requests at c =
+1e-12, inflation 50, and on its likelihood path - the moment path held off - with a cost
+below any gain;
 TailPandora+XiPrior: the xi distribution those requests taught), then
 ``observe`` of one more reward is timed on ``--repeats`` copies of that state (each copy gets
 a fresh reward, so the refit branch is hit as often as in a real stream).
@@ -78,11 +79,12 @@ def _bayes_unreachable(learned):
 
 
 def _likelihood_unreachable(learned):
-    """ShapePandora on its likelihood path whose cost is out of reach (a gain is >= 0, the cost
-    is set below it after construction): every observe takes the path it takes in service."""
+    """ShapePandora on its likelihood path (``warm_requests`` out of reach keeps the moment
+    path off) whose cost is set below any gain after construction: every observe takes the path
+    it takes in service."""
 
     def make():
-        policy = ShapePandora(1e-3, max_samples=10_000, prior=learned)
+        policy = ShapePandora(1e-3, max_samples=10_000, prior=learned, warm_requests=10**9)
         assert policy.fitted_shape is not None
         policy.cost = -1.0
         return policy
@@ -108,13 +110,13 @@ def main(argv: list[str] | None = None) -> int:
             1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0, prior=learned.xi
         ),
         "TailTargetAcceptance": lambda: TailTargetAcceptance(1.0, max_samples=10_000, kappa_z=50.0),
-        # the default, warm: the likelihood path (continuous rewards, 40 kept streams)
-        "ShapePandora": _likelihood_unreachable(learned),
-        # its moment path (the default until 2026-11-26); parameter uncertainty x50 keeps the
+        # warm (learned shape, trusted: the moment path); parameter uncertainty x50 keeps the
         # gain above c = 1e-12
-        "ShapePandora(moments)": lambda: ShapePandora(
-            1e-12, max_samples=10_000, prior=learned, inflation=50.0, likelihood=False
+        "ShapePandora": lambda: ShapePandora(
+            1e-12, max_samples=10_000, prior=learned, inflation=50.0
         ),
+        # its likelihood path (where the shape is not trusted)
+        "ShapePandora(likelihood)": _likelihood_unreachable(learned),
         "PooledTargetAcceptance": _pooled_unreachable(),
         "BayesShapePandora": _bayes_unreachable(learned),
     }

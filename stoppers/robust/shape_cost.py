@@ -19,12 +19,15 @@ widened by ``inflation`` (optimism: stopping early costs more than sampling once
 5 x 5 Gauss-Hermite grid. The gain of one grid point is a sum over the shape's histogram bins
 between the best and kappa, plus the bins past kappa, whose acceptance is exactly 1.
 
-Since 2026-11-26, on continuous rewards the default decides differently once the prior keeps 8
-requests' streams: on the shape fitted by likelihood to those streams, with the request's own m
-and s integrated out by likelihood rather than by normal-theory moments
-(:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores what follows). It needs
+Since 2026-11-26, where the shared-shape tests below do not (yet) trust the recorded shape and
+the rewards are continuous, the default does not fall back to the cold start once the prior
+keeps 8 requests' streams: it decides on the shape fitted by likelihood to those streams, with
+the request's own m and s integrated out by likelihood rather than by normal-theory moments
+(:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores the cold start). It needs
 no shared-shape test: each request's own rewards place it under the pooled shape, which is
 what made bimodal prompts with per-prompt mode weights work (README, "The likelihood path").
+Where the tests do trust the shape, the moment path below stays: on exponential rewards it
+earned more (long deployments, README).
 
 Until the prior is trusted - ``warm_requests`` requests, 10 / (1 - alpha) pooled draws, and both
 shared-shape tests passed - or without a prior, the policy is
@@ -506,12 +509,12 @@ class ShapePandora(LearnedShapeCost):
     warm_requests: requests the prior must have learned from before its shape is trusted.
     inflation: factor on the parameters' posterior standard deviations (optimism; the
         moment path only).
-    likelihood: on continuous rewards, decide on the shape fitted by likelihood with the
-        request's location and scale integrated out by likelihood
-        (:mod:`stoppers.robust.likelihood_cost`) once the prior keeps
-        ``LIKELIHOOD_MIN_REQUESTS`` streams, in place of both paths below. False: the policy
-        of 2026-11-25 (the recorded shape with moment errors where the prompts pass the
-        shared-shape tests, else the cold start).
+    likelihood: where the prompts do not (yet) pass the shared-shape tests and the rewards
+        are continuous, decide on the shape fitted by likelihood with the request's location
+        and scale integrated out by likelihood (:mod:`stoppers.robust.likelihood_cost`) once
+        the prior keeps ``LIKELIHOOD_MIN_REQUESTS`` streams, instead of the cold start. False:
+        the policy of 2026-11-25 (the recorded shape with moment errors where the prompts
+        pass the shared-shape tests, else the cold start).
     """
 
     def __init__(
@@ -532,15 +535,16 @@ class ShapePandora(LearnedShapeCost):
         if not (inflation > 0.0 and math.isfinite(inflation)):
             raise ValueError(f"inflation must be finite and > 0, got {inflation!r}")
         self.inflation = float(inflation)
-        shape = None
-        fitted = _continuous_shape(prior) if likelihood else None
+        shape = fitted = None
+        if _trusted(prior, warm_requests, self.alpha):
+            shape = CostShape.from_prior(prior, self.alpha)
+        elif likelihood:
+            fitted = _continuous_shape(prior)
         if fitted is not None:
             assert isinstance(prior, CostShapePrior)
             self._z_alpha = fitted.quantile(self.alpha)
             self._scale_prior = scale_prior(prior.s_counts)
             self._seen: list[float] = []
-        elif _trusted(prior, warm_requests, self.alpha):
-            shape = CostShape.from_prior(prior, self.alpha)
         self.fitted_shape = fitted
         self.shape = shape
         if shape is None and fitted is None:
