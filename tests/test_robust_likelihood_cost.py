@@ -127,9 +127,26 @@ def test_tied_rewards_keep_to_the_earlier_paths():
     for _ in range(20):  # scores rounded to 0.5: most rewards repeat
         prior.update((np.round(rng.normal(0.0, 2.0, 60) * 2.0) / 2.0).tolist())
     fitted = prior.fitted_shape()
-    assert fitted is not None and fitted.tied > 0.5
+    assert fitted is not None and fitted.tied == 1.0 and prior.tied_streams() == 1.0
     assert ShapePandora(1e-3, prior=prior).fitted_shape is None
-    assert tied_fraction([[1.0, 1.0, 2.0, 1.0], [3.0]]) == pytest.approx(2 / 5)
+    assert tied_fraction([[1.0, 1.0, 2.0, 1.0], [3.0, 4.0], [5.0, 6.0, 7.0], [8.0]]) == 1 / 3
+
+
+def test_a_few_clipped_prompts_among_continuous_ones_keep_the_deployment_off_the_path():
+    # `mixed`: one prompt in twenty sits on a clipped, rounded scale; the others are continuous
+    rng = np.random.default_rng(9)
+    prior = CostShapePrior()
+    for k in range(20):
+        x = rng.normal(0.0, 1.0, 80)
+        prior.update((np.round(np.clip(x, -1.0, 1.0), 1) if k == 3 else x).tolist())
+    assert prior.tied_streams() == pytest.approx(1 / 20)
+    untrusted = {"warm_requests": 10**9}  # the moment path held off: only the tie gate decides
+    assert ShapePandora(1e-3, prior=prior, **untrusted).fitted_shape is None
+    assert prior.likelihood_shape is None  # a tied deployment never asks for a fit
+    continuous = CostShapePrior()
+    for _ in range(20):
+        continuous.update(rng.normal(0.0, 1.0, 80).tolist())
+    assert ShapePandora(1e-3, prior=continuous, **untrusted).fitted_shape is not None
 
 
 def test_prior_keeps_short_streams_refits_as_requests_grow_and_round_trips():

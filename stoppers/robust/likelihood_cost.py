@@ -19,8 +19,8 @@ Algorithm") averages the one-step gain E[(AR_kappa(V) - AR_kappa(M))+] over it, 
 V = m + s Z and kappa = m + s z_alpha at every grid node.
 
 A histogram density has no room for a rounding lattice or a point mass at a clip, so
-:attr:`FittedShape.tied` records how often the kept streams repeat a reward; the policy uses
-this path only for continuous rewards (see ``shape_cost.TIED_MAX``).
+:func:`tied_fraction` tells how many kept streams repeat their rewards; the policy uses this
+path only for continuous rewards (see ``shape_cost.TIED_MAX``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ WIDTH = (EM_HI - EM_LO) / EM_BINS
 CENTRES = 0.5 * (EDGES[:-1] + EDGES[1:])
 GRID_NODES = 15  # per axis: 225 (m, log s) nodes
 GRID_SPAN = 5.0  # the grid spans +-5 normal-theory standard errors around mean and log sd
+STREAM_REPEATS = 0.05  # a stream repeating this share of its rewards is on a lattice or a clip
 _FLOOR = 1e-12  # bin probability under which a reward counts as (almost) impossible
 _LAST = float(CENTRES[-1] - CENTRES[0])
 _GRID = np.linspace(-GRID_SPAN, GRID_SPAN, GRID_NODES)
@@ -49,10 +50,14 @@ _NODE_L = np.tile(_GRID, GRID_NODES)
 
 
 def tied_fraction(streams: Sequence[Sequence[float]]) -> float:
-    """Fraction of the streams' rewards that repeat an earlier reward of the same stream."""
-    total = sum(len(s) for s in streams)
-    repeats = sum(len(s) - len(set(s)) for s in streams)
-    return repeats / total if total else 0.0
+    """Fraction of the streams (of >= 2 rewards) in which >= ``STREAM_REPEATS`` of the rewards
+    repeat an earlier one of the same stream: rounded or clipped scores. Per stream, not per
+    reward, so a few clipped prompts among many continuous ones (``mixed``) count."""
+    counted = [s for s in streams if len(s) >= 2]
+    if not counted:
+        return 0.0
+    tied = sum(len(s) - len(set(s)) >= STREAM_REPEATS * len(s) for s in counted)
+    return tied / len(counted)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from stoppers.base import StoppingPolicy
 from stoppers.robust.ceiling import ceiling_of, floor_gain_bound, floor_of
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.gpd_tail import acceptance
-from stoppers.robust.likelihood_cost import FittedShape
+from stoppers.robust.likelihood_cost import FittedShape, tied_fraction
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.shape_prior import (
@@ -112,8 +112,8 @@ MAX_DISPERSION = 1.6
 DRAWS_ABOVE_QUANTILE = 10.0
 # The likelihood path (FittedShape): used once this many requests' streams are kept, refitted
 # as requests grow by half (at most every REFIT_EVERY requests, so the shape follows drift),
-# and only for continuous rewards: kept streams that repeat more than TIED_MAX of their
-# rewards (rounded scores, a clip) keep to the paths above.
+# and only for continuous rewards: once more than TIED_MAX of the kept streams repeat their
+# rewards (rounded scores, a clip; likelihood_cost.tied_fraction) the cold start decides.
 LIKELIHOOD_MIN_REQUESTS = 8
 REFIT_EVERY = 256
 TIED_MAX = 0.01
@@ -162,6 +162,7 @@ class CostShapePrior(ShapePrior):
     cost_tables: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     # the shape fitted by likelihood to the kept streams (fitted_shape); not persisted
     likelihood_shape: FittedShape | None = field(default=None, repr=False, compare=False)
+    _tied: tuple[int, float] | None = field(default=None, repr=False, compare=False)
 
     @property
     def dispersion(self) -> float | None:
@@ -249,6 +250,14 @@ class CostShapePrior(ShapePrior):
         fitted = self.prepare(LIKELIHOOD_KEY)()
         self.install(LIKELIHOOD_KEY, fitted)
         return self.likelihood_shape
+
+    def tied_streams(self) -> float:
+        """:func:`~stoppers.robust.likelihood_cost.tied_fraction` of the kept streams (cached
+        per request count)."""
+        cached = self._tied
+        if cached is None or cached[0] != self.requests:
+            cached = self._tied = (self.requests, tied_fraction(self.streams))
+        return cached[1]
 
     def prepare(self, key: Any) -> Any:
         """A build of ``key``: the likelihood shape on a copy of the kept streams (which never
@@ -618,8 +627,9 @@ def _continuous_shape(prior: object) -> FittedShape | None:
     """The prior's likelihood shape if it has one and its streams are continuous, else None."""
     if not isinstance(prior, CostShapePrior) or not np.asarray(prior.s_counts).sum() > 0.0:
         return None
-    fitted = prior.fitted_shape()
-    return fitted if fitted is not None and fitted.tied <= TIED_MAX else None
+    if prior.tied_streams() > TIED_MAX:
+        return None  # checked first: a tied deployment never asks for a fit
+    return prior.fitted_shape()
 
 
 def _trusted(prior: object, warm_requests: int, alpha: float = 0.99) -> bool:
