@@ -235,7 +235,7 @@ class CostShapePrior(ShapePrior):
         """The shape fitted by likelihood to the kept streams, refitted as requests grow.
 
         None until ``LIKELIHOOD_MIN_REQUESTS`` streams are kept. Without
-        :attr:`schedule_build` a missing or stale fit is made here (blocking, ~0.05-0.5 s);
+        :attr:`schedule_build` a missing or stale fit is made here (blocking, ~0.1-3 s);
         with it the newest fit (stale or not, None if none) is returned and the hook is asked
         to refit elsewhere (the gateway's worker thread), as for the target tables.
         """
