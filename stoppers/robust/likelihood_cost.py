@@ -34,7 +34,7 @@ import numpy as np
 from stoppers.robust.gpd_tail import _acceptance_array
 from stoppers.robust.shape_likelihood import EM_BINS, EM_HI, EM_LO, fit_shape
 
-__all__ = ["GRID_NODES", "GRID_SPAN", "FittedShape", "tied_fraction"]
+__all__ = ["GRID_NODES", "GRID_SPAN", "FittedShape", "sd_precision", "tied_fraction"]
 
 EDGES = np.linspace(EM_LO, EM_HI, EM_BINS + 1)
 WIDTH = (EM_HI - EM_LO) / EM_BINS
@@ -58,6 +58,15 @@ def tied_fraction(streams: Sequence[Sequence[float]]) -> float:
         return 0.0
     tied = sum(len(s) - len(set(s)) >= STREAM_REPEATS * len(s) for s in counted)
     return tied / len(counted)
+
+
+def sd_precision(z: np.ndarray, p: np.ndarray) -> float:
+    """Precision of log sd per sample for a shape with values ``z`` and probabilities ``p``:
+    4 / (kurtosis - 1), the delta-method variance of a log sample sd (kurtosis floored at 1.5)."""
+    mean = float(p @ z)
+    var = float(p @ (z - mean) ** 2)
+    kurtosis = float(p @ (z - mean) ** 4) / var**2 if var > 0.0 else 3.0
+    return 4.0 / max(kurtosis - 1.0, 0.5)
 
 
 @dataclass(frozen=True)
@@ -86,11 +95,8 @@ class FittedShape:
         p = np.asarray(self.p, dtype=np.float64)
         object.__setattr__(self, "p", p)
         object.__setattr__(self, "_log_density", np.log(np.maximum(p, _FLOOR) / WIDTH))
-        mean = float(p @ CENTRES)
-        var = float(p @ (CENTRES - mean) ** 2)
-        kurtosis = float(p @ (CENTRES - mean) ** 4) / var**2 if var > 0.0 else 3.0
-        # precision of log sd per sample (delta method): sets the grid's log-scale span
-        object.__setattr__(self, "sd_precision", 4.0 / max(kurtosis - 1.0, 0.5))
+        # sets the grid's log-scale span
+        object.__setattr__(self, "sd_precision", sd_precision(CENTRES, p))
 
     def quantile(self, alpha: float) -> float:
         """The shape's alpha-quantile z_alpha (the benchmark in standardised units)."""

@@ -57,7 +57,7 @@ from stoppers.base import StoppingPolicy
 from stoppers.robust.ceiling import ceiling_of, floor_gain_bound, floor_of
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.gpd_tail import acceptance
-from stoppers.robust.likelihood_cost import FittedShape, tied_fraction
+from stoppers.robust.likelihood_cost import FittedShape, sd_precision, tied_fraction
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.shape_prior import (
@@ -358,16 +358,13 @@ class CostShape:
         z, p = _Z_CENTRES[keep], counts[keep] / total
         cdf = np.cumsum(p)
         i = min(int(np.searchsorted(cdf, alpha)), z.size - 1)
-        mean = float(p @ z)
-        var = float(p @ (z - mean) ** 2)
-        kurtosis = float(p @ (z - mean) ** 4) / var**2 if var > 0.0 else 3.0
         s_mu, s_precision = scale_prior(scales)
         return cls(
             z=z,
             p=p,
             z_alpha=float(z[i]),
             above_alpha=float(p[i:].sum()),
-            sd_precision=4.0 / max(kurtosis - 1.0, 0.5),
+            sd_precision=sd_precision(z, p),
             scale_mu=s_mu,
             scale_precision=s_precision,
         )
