@@ -71,6 +71,32 @@ def test_the_gain_falls_as_the_best_rises_and_grows_with_fewer_rewards():
     )
 
 
+def test_long_requests_read_binned_rewards_almost_as_exactly(monkeypatch):
+    # Past REWARD_BINS rewards the likelihood groups them in equal-width bins (a quarter of the
+    # cost at n = 960). Against every reward read one by one, on the normal shape and on one
+    # fitted to exponential streams (a sharp lower edge), kappa moves by < 0.03 sd and the gain
+    # by < 15% wherever it is large enough for a cost to meet (>= 1e-4).
+    from stoppers.robust import likelihood_cost
+
+    rng = np.random.default_rng(5)
+    exponential = [(rng.exponential(1.0, 96) * 1.3 + 0.4).tolist() for _ in range(24)]
+    fitted = FittedShape.fit(exponential, requests=24)
+    assert fitted is not None
+    for shape, draw in ((_normal_shape(), rng.standard_normal), (fitted, rng.exponential)):
+        za = shape.quantile(0.99)
+        for n in (300, 960):
+            x = 2.0 + 1.5 * draw(size=n)
+            sd = float(x.std(ddof=1))
+            for best in (float(x.max()), float(np.quantile(x, 0.99)), float(np.quantile(x, 0.9))):
+                binned = shape.posterior_gain(x, best, za, math.log(sd), 1.0)
+                monkeypatch.setattr(likelihood_cost, "REWARD_BINS", 10**9)
+                exact = shape.posterior_gain(x, best, za, math.log(sd), 1.0)
+                monkeypatch.undo()
+                assert binned[1] == pytest.approx(exact[1], abs=0.03 * sd)
+                if exact[0] >= 1e-4:
+                    assert binned[0] == pytest.approx(exact[0], rel=0.15)
+
+
 def _mixture(prompts: int, seed: int, samples: int = 400) -> np.ndarray:
     return generate(SynthSpec(family="mixture", prompts=prompts, samples=samples, seed=seed))[
         "rewards"

@@ -42,6 +42,13 @@ CENTRES = 0.5 * (EDGES[:-1] + EDGES[1:])
 GRID_NODES = 15  # per axis: 225 (m, log s) nodes
 GRID_SPAN = 5.0  # the grid spans +-5 normal-theory standard errors around mean and log sd
 STREAM_REPEATS = 0.05  # a stream repeating this share of its rewards is on a lattice or a clip
+# Past this many rewards the likelihood reads them grouped in REWARD_BINS equal-width bins of
+# the request's own range, each at its mean with its count: 225 x 256 terms instead of 225 x n.
+# A bin is range / 256 wide (~0.03 sd for normal rewards), log f is linear within it except at
+# a bin-centre kink of the shape, and at the bin mean the linear part sums exactly, so the
+# posterior barely moves (tested; replayed decisions unchanged to four decimals, README) while
+# an evaluation at n = 960 costs a tenth (0.56 ms instead of 5.7): it runs on the event loop.
+REWARD_BINS = 256
 _FLOOR = 1e-12  # bin probability under which a reward counts as (almost) impossible
 _LAST = float(CENTRES[-1] - CENTRES[0])
 _GRID = np.linspace(-GRID_SPAN, GRID_SPAN, GRID_NODES)
@@ -127,11 +134,13 @@ class FittedShape:
         s = np.exp(log_s)
         # log f linear between bin centres: a step density would make the likelihood jump as
         # rewards cross bin edges (a jagged posterior once n is in the hundreds)
-        u = np.clip((x[None, :] - m[:, None]) / s[:, None] - CENTRES[0], 0.0, _LAST) / WIDTH
+        values, counts = _grouped(x)
+        u = np.clip((values[None, :] - m[:, None]) / s[:, None] - CENTRES[0], 0.0, _LAST) / WIDTH
         i = np.minimum(u.astype(np.int64), EM_BINS - 2)
         t = u - i
         log_f = self._log_density
-        log_post = ((1.0 - t) * log_f[i] + t * log_f[i + 1]).sum(axis=1) - n * log_s
+        terms = (1.0 - t) * log_f[i] + t * log_f[i + 1]
+        log_post = (terms.sum(axis=1) if counts is None else terms @ counts) - n * log_s
         log_post -= 0.5 * scale_precision * (log_s - scale_mu) ** 2
         w = np.exp(log_post - log_post.max())
         keep = w > 1e-6  # nodes with under a millionth of the top node's weight add nothing
@@ -143,3 +152,16 @@ class FittedShape:
         ar = _acceptance_array(s[:, None] * (zt[None, :] - z_alpha))
         gain = np.maximum(ar - base[:, None], 0.0) @ pt
         return float(w @ gain), float(w @ kappa)
+
+
+def _grouped(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The rewards as (values, counts): themselves (counts None) up to ``REWARD_BINS``, else
+    the means and counts of the occupied equal-width bins of their range."""
+    lo, hi = float(x.min()), float(x.max())
+    if x.size <= REWARD_BINS or not hi > lo:
+        return x, None
+    k = np.minimum(((x - lo) * (REWARD_BINS / (hi - lo))).astype(np.int64), REWARD_BINS - 1)
+    counts = np.bincount(k, minlength=REWARD_BINS).astype(np.float64)
+    sums = np.bincount(k, weights=x, minlength=REWARD_BINS)
+    occupied = counts > 0.0
+    return sums[occupied] / counts[occupied], counts[occupied]
