@@ -72,7 +72,7 @@ def test_the_gain_falls_as_the_best_rises_and_grows_with_fewer_rewards():
 
 
 def test_long_requests_read_binned_rewards_almost_as_exactly(monkeypatch):
-    # Past REWARD_BINS rewards the likelihood groups them in equal-width bins (a quarter of the
+    # Past REWARD_BINS rewards the likelihood groups them in equal-width bins (a tenth of the
     # cost at n = 960). Against every reward read one by one, on the normal shape and on one
     # fitted to exponential streams (a sharp lower edge), kappa moves by < 0.03 sd and the gain
     # by < 15% wherever it is large enough for a cost to meet (>= 1e-4).
