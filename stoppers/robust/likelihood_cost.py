@@ -157,8 +157,10 @@ class FittedShape:
 def _grouped(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """The rewards as (values, counts): themselves (counts None) up to ``REWARD_BINS``, else
     the means and counts of the occupied equal-width bins of their range."""
+    if x.size <= REWARD_BINS:
+        return x, None  # the usual case (every reward while n <= 32): no reductions spent
     lo, hi = float(x.min()), float(x.max())
-    if x.size <= REWARD_BINS or not hi > lo:
+    if not hi > lo:
         return x, None
     k = np.minimum(((x - lo) * (REWARD_BINS / (hi - lo))).astype(np.int64), REWARD_BINS - 1)
     counts = np.bincount(k, minlength=REWARD_BINS).astype(np.float64)
