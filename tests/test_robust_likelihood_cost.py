@@ -12,7 +12,13 @@ import pytest
 from scipy import integrate, special, stats
 
 from stoppers.replay.synth import SynthSpec, generate
-from stoppers.robust.likelihood_cost import CENTRES, EDGES, FittedShape, tied_fraction
+from stoppers.robust.likelihood_cost import (
+    CENTRES,
+    EDGES,
+    FittedShape,
+    count_modes,
+    tied_fraction,
+)
 from stoppers.robust.shape_cost import (
     LIKELIHOOD_KEY,
     LIKELIHOOD_MIN_REQUESTS,
@@ -145,6 +151,52 @@ def test_policy_decides_on_the_likelihood_shape_once_8_streams_are_kept():
             break
     assert policy.stop_reason == "threshold" and policy.uses_learned_prior
     assert policy.threshold is not None and policy.expected_gain <= 1e-3
+
+
+def _shared_bimodal(prompts: int, seed: int, n: int = 96) -> list[list[float]]:
+    """Prompts that share one bimodal shape (a bulk and, with weight 0.25, a better mode 2.5
+    higher), each at its own location and scale: a deployment the shared-shape tests pass."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(prompts):
+        good = rng.random(n) < 0.25
+        z = np.where(good, rng.normal(2.5, 0.5, n), rng.normal(0.0, 1.0, n))
+        rows.append((rng.normal(0.0, 2.0) + math.exp(rng.normal(0.0, 0.4)) * z).tolist())
+    return rows
+
+
+def test_modes_of_fitted_shapes():
+    """One mode for every unimodal family (also heavy tails, whose sparse far tail is bumpy),
+    two for a bulk with a better mode - fitted from 20 requests' streams, as a deployment's."""
+    assert count_modes(_normal_shape().p) == 1
+    assert count_modes(np.diff(stats.t(3).cdf(EDGES * math.sqrt(3.0)))) == 1
+    z = np.concatenate([np.random.default_rng(0).normal(0, 1, 3000), np.full(1000, 3.0)])
+    two = np.histogram((z - z.mean()) / z.std(), EDGES)[0] + 1e-9
+    assert count_modes(two / two.sum()) == 2
+    for family, modes in (("student-t", 1), ("gumbel", 1), ("exponential", 1), ("mixture", 2)):
+        rows = generate(SynthSpec(family=family, prompts=20, samples=96, seed=5))["rewards"]
+        assert FittedShape.fit(rows.tolist(), requests=20).modes == modes, family
+
+
+def test_a_trusted_bimodal_shape_is_decided_on_the_likelihood_not_the_moments():
+    """The moment path (m ~ N(mean, s^2 / n)) misleads on a bimodal shape even when the prompts
+    share it: there the likelihood path decides; a shared unimodal shape keeps the moments."""
+    prior = CostShapePrior()
+    for row in _shared_bimodal(40, seed=11):
+        prior.update(row)
+    assert prior.dispersion <= 1.6 and prior.shape_dispersion <= 1.6  # trusted
+    policy = ShapePandora(1e-3, prior=prior)
+    assert policy.warm and policy.fitted_shape is not None and policy.shape is None
+    assert policy.fitted_shape.modes == 2
+    moments = ShapePandora(1e-3, prior=prior, likelihood=False)
+    assert moments.warm and moments.shape is not None and moments.fitted_shape is None
+    rng = np.random.default_rng(12)
+    normal = CostShapePrior()
+    for _ in range(40):
+        normal.update((rng.normal(0.0, 2.0) + rng.normal(0.0, 1.0, 96)).tolist())
+    kept = ShapePandora(1e-3, prior=normal)
+    assert kept.warm and kept.shape is not None and kept.fitted_shape is None
+    assert normal.likelihood_shape is not None and normal.likelihood_shape.modes == 1
 
 
 def test_tied_rewards_keep_to_the_earlier_paths():

@@ -9,7 +9,8 @@ from stoppers import default_cost_policy, new_deployment_prior
 from stoppers.replay.deployment import deployment_summaries, replay_deployment
 from stoppers.replay.experiments import profit_rows
 from stoppers.replay.synth import SynthSpec, generate
-from stoppers.robust.loss_report import loss_breakdown, main
+from stoppers.robust.cost import TailPandora
+from stoppers.robust.loss_report import decision_path, loss_breakdown, main
 
 COST = 1e-3
 ORDERINGS = 4
@@ -53,6 +54,30 @@ def test_agrees_with_the_deployment_profit_engine(pool, breakdown):
     assert breakdown.profit == pytest.approx(row["mean_adaptive_profit"], rel=1e-9)
     assert breakdown.fixed_profit == pytest.approx(row["mean_best_fixed_profit"], rel=1e-9)
     assert breakdown.oracle_profit == pytest.approx(row["mean_oracle_profit"], rel=1e-9)
+
+
+def test_paths_partition_the_same_gap_and_the_first_requests_run_the_cold_start(pool, breakdown):
+    """Grouped by what decided each request: the same requests and gap as by stop reason, and
+    each group's profit ratio is its own requests' profit over the best fixed N's on them."""
+    by_path = loss_breakdown(pool, COST, orderings=ORDERINGS, seed=1, by="path")
+    assert (by_path.profit, by_path.fixed_profit) == (breakdown.profit, breakdown.fixed_profit)
+    groups = {g.reason: g for g in by_path.reasons}
+    # 6 prompts per deployment: too few for the likelihood path (8 streams), all cold start
+    assert set(groups) == {"cold start"}
+    (cold,) = by_path.reasons
+    assert cold.requests == pool.shape[0] * ORDERINGS
+    assert cold.profit_vs_fixed == pytest.approx(breakdown.profit / breakdown.fixed_profit)
+    assert decision_path(TailPandora(COST)) == "TailPandora"
+    with pytest.raises(ValueError, match="by must be one of"):
+        loss_breakdown(pool, COST, orderings=1, by="nope")
+
+
+def test_paths_name_the_likelihood_path_once_streams_are_kept():
+    rows = generate(SynthSpec(family="mixture", prompts=12, samples=120, seed=4))["rewards"]
+    b = loss_breakdown(rows, COST, orderings=2, seed=0, by="path")
+    groups = {g.reason: g.requests for g in b.reasons}
+    assert groups["cold start"] == 2 * 8  # the first 8 requests of each deployment
+    assert groups["likelihood"] == 2 * 4
 
 
 def test_known_answer_point_masses():

@@ -20,7 +20,7 @@ V = m + s Z and kappa = m + s z_alpha at every grid node.
 
 A histogram density has no room for a rounding lattice or a point mass at a clip, so
 :func:`tied_fraction` tells how many kept streams repeat their rewards; the policy uses this
-path only for continuous rewards (see ``shape_cost.TIED_MAX``).
+path only for continuous rewards (``TIED_MAX``).
 """
 
 from __future__ import annotations
@@ -30,11 +30,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import ndimage
 
 from stoppers.robust.gpd_tail import _acceptance_array
 from stoppers.robust.shape_likelihood import EM_BINS, EM_HI, EM_LO, fit_shape
 
-__all__ = ["GRID_NODES", "GRID_SPAN", "FittedShape", "sd_precision", "tied_fraction"]
+__all__ = [
+    "GRID_NODES",
+    "GRID_SPAN",
+    "TIED_MAX",
+    "FittedShape",
+    "count_modes",
+    "sd_precision",
+    "tied_fraction",
+]
 
 EDGES = np.linspace(EM_LO, EM_HI, EM_BINS + 1)
 WIDTH = (EM_HI - EM_LO) / EM_BINS
@@ -42,6 +51,9 @@ CENTRES = 0.5 * (EDGES[:-1] + EDGES[1:])
 GRID_NODES = 15  # per axis: 225 (m, log s) nodes
 GRID_SPAN = 5.0  # the grid spans +-5 normal-theory standard errors around mean and log sd
 STREAM_REPEATS = 0.05  # a stream repeating this share of its rewards is on a lattice or a clip
+# The likelihood paths (cost and target) are for continuous rewards: once more than this share
+# of the kept streams repeat their rewards (rounded scores, a clip) the earlier rules decide.
+TIED_MAX = 0.01
 # Past this many rewards the likelihood reads them grouped in REWARD_BINS equal-width bins of
 # the request's own range, each at its mean with its count: 225 x 256 terms instead of 225 x n.
 # A bin is range / 256 wide (~0.03 sd for normal rewards), log f is linear within it except at
@@ -50,6 +62,17 @@ STREAM_REPEATS = 0.05  # a stream repeating this share of its rewards is on a la
 # an evaluation at n = 960 costs a tenth (0.56 ms instead of 5.7): it runs on the event loop.
 REWARD_BINS = 256
 _FLOOR = 1e-12  # bin probability under which a reward counts as (almost) impossible
+# Modes of a fitted shape (count_modes): the density smoothed by a Gaussian of this sd
+# (standardised units), peaks at least MODE_MIN_HEIGHT of the highest, and two peaks count as
+# two modes when the density between them dips below MODE_DIP of the lower one. Set on fits to
+# the seed-0 pools (README; 40 fits per family and stream count, streams of 20-96 rewards):
+# mixture's fits were bimodal in 36 / 38 / 38 / 40 of 40 at 8 / 10 / 16 / 40 streams, the
+# seven unimodal families' in 1 of 280 at 8 and at 10 streams and none at 16 or 40 (a floor of
+# 0.1 let a Student-t fit's shoulder at 0.11 of the peak through; a dip of 0.85 lost a third of
+# the mixture fits).
+MODE_SMOOTHING = 0.25
+MODE_MIN_HEIGHT = 0.25
+MODE_DIP = 0.95
 _LAST = float(CENTRES[-1] - CENTRES[0])
 _GRID = np.linspace(-GRID_SPAN, GRID_SPAN, GRID_NODES)
 _NODE_M = np.repeat(_GRID, GRID_NODES)
@@ -65,6 +88,27 @@ def tied_fraction(streams: Sequence[Sequence[float]]) -> float:
         return 0.0
     tied = sum(len(s) - len(set(s)) >= STREAM_REPEATS * len(s) for s in counted)
     return tied / len(counted)
+
+
+def count_modes(p: np.ndarray) -> int:
+    """Modes of the shape with probabilities ``p`` on the bins ``EDGES`` (see ``MODE_DIP``):
+    a bimodal shape is where the moment errors of a request's location and scale mislead
+    (its sd mixes the modes), so the cost default decides such shapes on the likelihood."""
+    d = ndimage.gaussian_filter1d(
+        np.asarray(p, float) / WIDTH, MODE_SMOOTHING / WIDTH, mode="constant"
+    )
+    inner = d[1:-1]
+    peaks = np.flatnonzero(
+        (inner >= d[:-2]) & (inner > d[2:]) & (inner >= MODE_MIN_HEIGHT * d.max())
+    )
+    kept: list[int] = []
+    for i in (peaks + 1).tolist():
+        if kept and d[kept[-1] : i + 1].min() >= MODE_DIP * min(d[i], d[kept[-1]]):
+            if d[i] > d[kept[-1]]:
+                kept[-1] = i  # no real dip between them: one mode, at the higher peak
+            continue
+        kept.append(i)
+    return len(kept)
 
 
 def sd_precision(z: np.ndarray, p: np.ndarray) -> float:
@@ -104,26 +148,23 @@ class FittedShape:
         object.__setattr__(self, "_log_density", np.log(np.maximum(p, _FLOOR) / WIDTH))
         # sets the grid's log-scale span
         object.__setattr__(self, "sd_precision", sd_precision(CENTRES, p))
+        object.__setattr__(self, "modes", count_modes(p))
+        # tables derived from this shape, built on first use (multiplier_target's)
+        object.__setattr__(self, "tables", {})
 
     def quantile(self, alpha: float) -> float:
         """The shape's alpha-quantile z_alpha (the benchmark in standardised units)."""
         i = int(np.searchsorted(np.cumsum(self.p), alpha))
         return float(CENTRES[min(i, CENTRES.size - 1)])
 
-    def posterior_gain(
-        self,
-        rewards: np.ndarray,
-        best: float,
-        z_alpha: float,
-        scale_mu: float,
-        scale_precision: float,
-    ) -> tuple[float, float]:
-        """(one-step gain, posterior mean of kappa) for a request holding ``rewards``.
+    def posterior(
+        self, rewards: np.ndarray, scale_mu: float, scale_precision: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(m, s, weights): a request's posterior over its location and scale on the grid.
 
-        Posterior over (m, log s) on the grid: sum_i log f((x_i - m) / s) - n log s (flat in m
-        and log s) plus the log-sd prior N(scale_mu, 1 / scale_precision). The gain at a node
-        is E[(AR(m + sZ - kappa) - AR(best - kappa))+], kappa = m + s z_alpha: the bins past
-        kappa accept with probability 1, those between the best and kappa with AR.
+        sum_i log f((x_i - m) / s) - n log s (flat in m and log s) plus the log-sd prior
+        N(scale_mu, 1 / scale_precision), on 15 x 15 nodes +-5 normal-theory standard errors
+        around the mean and log sd; nodes under a millionth of the top node's weight dropped.
         """
         x = np.asarray(rewards, dtype=np.float64)
         n = x.size
@@ -144,14 +185,29 @@ class FittedShape:
         log_post -= 0.5 * scale_precision * (log_s - scale_mu) ** 2
         w = np.exp(log_post - log_post.max())
         keep = w > 1e-6  # nodes with under a millionth of the top node's weight add nothing
-        m, s, w = m[keep], s[keep], w[keep] / w[keep].sum()
-        kappa = m + s * z_alpha
-        base = _acceptance_array(best - kappa)
+        return m[keep], s[keep], w[keep] / w[keep].sum()
+
+    def node_gains(self, m: np.ndarray, s: np.ndarray, best: float, z_alpha: float) -> np.ndarray:
+        """E[(AR(m + sZ - kappa) - AR(best - kappa))+] at each node, kappa = m + s z_alpha: the
+        bins past kappa accept with probability 1, those between the best and kappa with AR."""
+        base = _acceptance_array(best - (m + s * z_alpha))
         lo = int(np.searchsorted(CENTRES, float(np.min((best - m) / s))))
         zt, pt = CENTRES[lo:], self.p[lo:]
         ar = _acceptance_array(s[:, None] * (zt[None, :] - z_alpha))
-        gain = np.maximum(ar - base[:, None], 0.0) @ pt
-        return float(w @ gain), float(w @ kappa)
+        return np.maximum(ar - base[:, None], 0.0) @ pt
+
+    def posterior_gain(
+        self,
+        rewards: np.ndarray,
+        best: float,
+        z_alpha: float,
+        scale_mu: float,
+        scale_precision: float,
+    ) -> tuple[float, float]:
+        """(one-step gain, posterior mean of kappa) for a request holding ``rewards``: the
+        gain of :meth:`node_gains` averaged over :meth:`posterior`."""
+        m, s, w = self.posterior(rewards, scale_mu, scale_precision)
+        return float(w @ self.node_gains(m, s, best, z_alpha)), float(w @ (m + s * z_alpha))
 
 
 def _grouped(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

@@ -12,8 +12,13 @@ the mixture oversampling) needed the same split, so it is one tool: sequential d
   gap split into a *sampling* part c (n - n_oracle) and an *acceptance* part
   AR(oracle's kept) - AR(policy's kept),
 
-grouped by the policy's stop reason. Losses are per deployment (summed over its prompts,
-averaged over the deployments), so a reason's share of the whole gap reads directly.
+grouped by the policy's stop reason or (``--by path``) by what decided the request: the
+default's cold start (TailPandora: nothing learned yet, or tied rewards), its likelihood path,
+or its trusted learned shape (the moment path). Losses are per deployment (summed over its
+prompts, averaged over the deployments), so a group's share of the whole gap reads directly;
+each group also gets its own profit ratio to the best fixed N on the same requests, which is
+what says whether a 24-prompt deployment's shortfall is its first requests' (nothing learned)
+or the learned rule's.
 """
 
 from __future__ import annotations
@@ -31,23 +36,27 @@ from stoppers.faircap import acceptance_rate
 from stoppers.replay.baselines import fixed_best, oracle_outcome
 from stoppers.replay.deployment import deployment_batch, replay_deployment
 from stoppers.robust.cost import TailPandora
+from stoppers.robust.shape_cost import ShapePandora
 
-__all__ = ["LossBreakdown", "ReasonLoss", "loss_breakdown", "main"]
+__all__ = ["LossBreakdown", "ReasonLoss", "decision_path", "loss_breakdown", "main"]
 
 POLICIES = ("default", "tail")
+GROUPINGS = ("reason", "path")
 
 
 @dataclass(frozen=True)
 class ReasonLoss:
-    """The requests one stop reason ended, and what they lost per deployment."""
+    """The requests of one group (a stop reason, or a decision path), and what they lost per
+    deployment."""
 
-    reason: str
+    reason: str  # the group's name: a stop reason, or a decision_path label
     requests: int
     samples: float  # mean samples per request
     loss_vs_fixed: float  # sum over a deployment's requests of (fixed N profit - policy profit)
     loss_vs_oracle: float  # the same against the oracle: sampling_part + acceptance_part
     sampling_part: float  # c (n - n_oracle)
     acceptance_part: float  # AR(oracle's kept) - AR(policy's kept)
+    profit_vs_fixed: float  # these requests' profit / the best fixed N's on the same requests
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,18 @@ def _policy_maker(
     raise ValueError(f"policy must be one of {POLICIES}, got {name!r}")
 
 
+def decision_path(policy: StoppingPolicy) -> str:
+    """What decides ``policy``'s request: ``"cold start"`` (TailPandora, the default's rule
+    until its prior has learned enough and for tied rewards), ``"likelihood"`` (the default's
+    likelihood path), ``"learned shape"`` (its trusted recorded shape, the moment path); other
+    policies by class name."""
+    if isinstance(policy, ShapePandora):
+        if not policy.warm:
+            return "cold start"
+        return "likelihood" if policy.fitted_shape is not None else "learned shape"
+    return type(policy).__name__
+
+
 def loss_breakdown(
     rewards: np.ndarray,
     cost: float,
@@ -88,15 +109,25 @@ def loss_breakdown(
     seed: int = 0,
     max_samples: int | None = None,
     alpha: float = 0.99,
+    by: str = "reason",
 ) -> LossBreakdown:
     """Replay ``orderings`` deployments of ``policy`` on ``rewards`` (prompts x samples, NaN =
-    missing) at ``cost`` and split its profit gap by stop reason (see the module docstring)."""
+    missing) at ``cost`` and split its profit gap by stop reason, or with ``by="path"`` by
+    :func:`decision_path` (see the module docstring)."""
+    if by not in GROUPINGS:
+        raise ValueError(f"by must be one of {GROUPINGS}, got {by!r}")
     width = np.asarray(rewards).shape[1]  # the policies' budget: the pool, or max_samples
     budget = width if max_samples is None else min(int(max_samples), width)
     make_policy, new_prior = _policy_maker(policy, cost, budget)
+    served: list[StoppingPolicy] = []  # in serving order: deployment by deployment
+
+    def make_and_keep(prior: DeploymentPrior | None) -> StoppingPolicy:
+        served.append(make_policy(prior))
+        return served[-1]
+
     replay = replay_deployment(
         rewards,
-        make_policy,
+        make_and_keep,
         new_prior,
         orderings=orderings,
         seed=seed,
@@ -119,11 +150,15 @@ def loss_breakdown(
     oracle_ar = acceptance_rate(oracle.best, batch.kappa)
     oracle_profit = oracle_ar - cost * oracle.n
 
-    reason = replay.per_prompt(replay.reason).reshape(-1)
+    if by == "path":
+        paths = np.array([decision_path(p) for p in served], dtype=object)
+        group = replay.per_prompt(paths.reshape(replay.prompt.shape)).reshape(-1)
+    else:
+        group = replay.per_prompt(replay.reason).reshape(-1)
     per_deployment = 1.0 / orderings
     reasons = []
-    for name in sorted(set(reason.tolist())):
-        rows = reason == name
+    for name in sorted(set(group.tolist())):
+        rows = group == name
         reasons.append(
             ReasonLoss(
                 reason=name,
@@ -135,6 +170,7 @@ def loss_breakdown(
                     (cost * (outcome.n[rows] - oracle.n[rows])).sum() * per_deployment
                 ),
                 acceptance_part=float((oracle_ar[rows] - ar[rows]).sum() * per_deployment),
+                profit_vs_fixed=float(profit[rows].sum() / fixed_profit[rows].sum()),
             )
         )
     return LossBreakdown(
@@ -149,18 +185,21 @@ def loss_breakdown(
     )
 
 
-def render(b: LossBreakdown) -> str:
+def render(b: LossBreakdown, by: str = "reason") -> str:
     lines = [
         f"c = {b.cost:g}: profit per request {b.profit:.4f} = {b.profit / b.fixed_profit:.4f} x "
         f"best fixed N ({b.best_fixed_n}: {b.fixed_profit:.4f}), {b.profit / b.oracle_profit:.4f} "
         f"x oracle ({b.oracle_profit:.4f}); samples {b.samples:.1f}, oracle {b.oracle_samples:.1f}",
-        "loss per deployment by stop reason (vs oracle = sampling + acceptance):",
+        f"loss per deployment by {'decision path' if by == 'path' else 'stop reason'} "
+        "(vs oracle = sampling + acceptance; profit / the best fixed N's on those requests):",
     ]
+    width = max(10, *(len(r.reason) for r in b.reasons))
     for r in b.reasons:
         lines.append(
-            f"  {r.reason:<10} requests {r.requests:6d}  samples {r.samples:7.1f}  "
+            f"  {r.reason:<{width}} requests {r.requests:6d}  samples {r.samples:7.1f}  "
             f"vs fixed N {r.loss_vs_fixed:+.3f}  vs oracle {r.loss_vs_oracle:+.3f} "
-            f"= {r.sampling_part:+.3f} + {r.acceptance_part:+.3f}"
+            f"= {r.sampling_part:+.3f} + {r.acceptance_part:+.3f}  "
+            f"x fixed {r.profit_vs_fixed:.4f}"
         )
     return "\n".join(lines)
 
@@ -174,6 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--orderings", type=int, default=30, help="deployments")
     parser.add_argument("--max-samples", type=int)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--by",
+        choices=GROUPINGS,
+        default="reason",
+        help="group requests by stop reason or by what decided them (cold start, likelihood "
+        "path, learned shape)",
+    )
     args = parser.parse_args(argv)
     with np.load(args.file) as data:
         rewards = np.asarray(data["rewards"], dtype=np.float64)
@@ -187,8 +233,9 @@ def main(argv: list[str] | None = None) -> int:
             orderings=args.orderings,
             seed=args.seed,
             max_samples=args.max_samples,
+            by=args.by,
         )
-        print(render(b))
+        print(render(b, args.by))
     return 0
 
 

@@ -9,6 +9,12 @@ Per observation this policy updates a running mean and variance (Welford), shrin
 towards the learned scales, and compares (best - mean) / scale with the tabulated threshold:
 a few float operations, no fit.
 
+Multimodal shapes: where the deployment's fitted shape has more than one mode (a bulk and a
+better mode) the mean and sd mix the modes, and the request decides instead with
+:class:`~stoppers.robust.multiplier_target.MultiplierTargetRule` - its location and scale
+integrated out by likelihood, a Lagrange multiplier per posterior node, no Monte Carlo offset
+(README, "Target mode on a deployment").
+
 Cold start: until the prior has learned from ``cold_start`` requests, the request is delegated
 to :class:`~stoppers.robust.target.TailTargetAcceptance` (its own GPD tail fit, no prior).
 
@@ -22,9 +28,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from stoppers.base import StoppingPolicy
 from stoppers.robust.ceiling import ceiling_of, floor_acceptance_bound, floor_of
+from stoppers.robust.multiplier_target import MultiplierTargetRule
 from stoppers.robust.policy import _default_min_samples
+from stoppers.robust.shape_cost import scale_prior
 from stoppers.robust.shape_prior import ShapePrior, StopTable
 from stoppers.robust.target import TailTargetAcceptance
 from stoppers.robust.tracker import BestTies
@@ -33,6 +43,9 @@ __all__ = ["COLD_START", "PooledTargetAcceptance"]
 
 COLD_START = 10
 MAX_SIM_HORIZON = 1024
+# the multiplier rule's posterior (~0.1-0.6 ms) is evaluated on every reward up to this many,
+# then when the best rises or the stream grew by 1/32 (as cost mode's likelihood path)
+EVALUATE_EVERY_UNTIL = 32
 
 
 class PooledTargetAcceptance(StoppingPolicy):
@@ -46,6 +59,9 @@ class PooledTargetAcceptance(StoppingPolicy):
     min_samples: rewards to see before any stop (default 8, or max_samples if smaller).
     max_samples: hard budget, stop reason "budget".
     cold_start: requests the prior must have learned from before its table is trusted.
+    multimodal: where the prior's fitted shape has more than one mode, decide with the
+        multiplier rule (module docstring); False: the table rule everywhere (the policy
+        before 2026-11-26).
     """
 
     def __init__(
@@ -57,6 +73,7 @@ class PooledTargetAcceptance(StoppingPolicy):
         min_samples: int | None = None,
         max_samples: int | None = None,
         cold_start: int = COLD_START,
+        multimodal: bool = True,
     ) -> None:
         target = float(target)
         if not (0.0 < target <= 1.0):
@@ -75,6 +92,24 @@ class PooledTargetAcceptance(StoppingPolicy):
             self._table = prior.table(
                 target, min_samples=self.min_samples, horizon=horizon, alpha=self.alpha
             )
+        self._multiplier: MultiplierTargetRule | None = None
+        if self._table is not None and multimodal:
+            assert prior is not None
+            shape = prior.multimodal_shape()
+            if shape is not None:
+                scale_mu, scale_precision = scale_prior(prior.s_counts)
+                self._multiplier = MultiplierTargetRule(
+                    shape,
+                    target,
+                    alpha=self.alpha,
+                    scale_mu=scale_mu,
+                    scale_precision=scale_precision,
+                )
+        self._seen: list[float] = []  # the rewards, kept for the multiplier rule only
+        self._eval_n = 0
+        self._eval_best = -math.inf
+        self._margin = math.inf
+        self._accepted = math.nan  # the multiplier rule's posterior acceptance of the best
         self._floor = floor_of(prior)
         if self._table is None:
             self._fallback = TailTargetAcceptance(
@@ -99,11 +134,23 @@ class PooledTargetAcceptance(StoppingPolicy):
         return self._fallback is None
 
     @property
+    def multimodal(self) -> bool:
+        """True when the multiplier rule decides (the deployment's shape has several modes)."""
+        return self._multiplier is not None
+
+    @property
+    def acceptance_estimate(self) -> float | None:
+        """The multiplier rule's posterior mean acceptance of the best at its last evaluation
+        (None on the table rule and the cold start, as before)."""
+        return None if math.isnan(self._accepted) else self._accepted
+
+    @property
     def threshold(self) -> float | None:
-        """The reward the best must reach to stop now (None before min_samples / when cold)."""
+        """The reward the best must reach to stop now (None before min_samples / when cold, and
+        on the multiplier rule, which has no single threshold)."""
         if self._fallback is not None:
             return self._fallback.threshold
-        if math.isnan(self._scale):
+        if self._multiplier is not None or math.isnan(self._scale):
             return None
         log_s = math.log(self._scale)
         return self._mean + self._scale * self._table.threshold(log_s, self._n)
@@ -114,6 +161,8 @@ class PooledTargetAcceptance(StoppingPolicy):
         if self._fallback is not None:
             return self._fallback.stop_reason if self._fallback.observe(reward) else None
         n = self._n
+        if self._multiplier is not None:
+            self._seen.append(reward)
         self._ties.note(reward, self._best, self._best_index, n)
         delta = reward - self._mean
         self._mean += delta / n
@@ -125,6 +174,8 @@ class PooledTargetAcceptance(StoppingPolicy):
             return "floor" if accepted >= self.target else None
         if self._ties.ceiling(self._mean, self._best):
             return "tied"  # the best seen 3 times above lower rewards: a ceiling (clipped scores)
+        if self._multiplier is not None:
+            return self._multiplier_decide(n)
         table = self._table
         sd = math.sqrt(self._m2 / (n - 1)) if n > 1 and self._m2 > 0.0 else 0.0
         scale = table.scale(n, sd)
@@ -132,3 +183,15 @@ class PooledTargetAcceptance(StoppingPolicy):
         if (self._best - self._mean) / scale >= table.threshold(math.log(scale), n):
             return "target"
         return None
+
+    def _multiplier_decide(self, n: int) -> str | None:
+        rule = self._multiplier
+        assert rule is not None
+        stale = n > EVALUATE_EVERY_UNTIL and self._best <= self._eval_best
+        if not (stale and n < self._eval_n + n // 32):
+            if not self._m2 > 0.0:
+                return None  # all tied so far: no scale to judge the best against yet
+            self._margin, self._accepted = rule.evaluate(np.asarray(self._seen), self._best)
+            self._eval_n = n
+            self._eval_best = self._best
+        return "target" if self._margin <= 0.0 else None

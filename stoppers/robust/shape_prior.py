@@ -76,7 +76,8 @@ import numpy as np
 from scipy import special
 
 from stoppers.robust.ceiling import RewardCeiling, RewardFloor
-from stoppers.robust.shape_likelihood import fit_shape
+from stoppers.robust.likelihood_cost import EDGES, TIED_MAX, FittedShape, tied_fraction
+from stoppers.robust.shape_likelihood import _rebin, fit_shape
 
 __all__ = ["MAX_TABLES", "ShapePrior", "StopTable", "TableKey"]
 
@@ -91,6 +92,11 @@ STREAM_REQUESTS = 256  # the likelihood shape is fitted to the most recent reque
 STREAM_REWARDS = 96  # ... each cut to its first rewards (a fixed cut keeps the likelihood valid)
 MIN_SCALE_SHRINK = 1e-6  # scale_shrink 0: the prior still names a scale before any sd exists
 LIKELIHOOD_MIN_STREAMS = 10  # fewer kept streams (a restored old snapshot): the recorded shape
+# The target default takes a fitted shape's modes at their word (multimodal_shape) only from
+# this many requests' streams: fits to 8-10 streams of unimodal families came out bimodal in 1
+# of 280 (seed-0 pools), none from 16 (likelihood_cost.MODE_DIP); a unimodal deployment misread
+# as bimodal would run the multiplier rule, which under-delivers on long tails.
+MULTIMODAL_MIN_REQUESTS = 16
 
 # (target to 3 decimals, min_samples, horizon, alpha): what one stop table is built for
 TableKey = tuple[float, int, int, float]
@@ -189,6 +195,10 @@ class ShapePrior:
     # the likelihood shape of the newest build, by the request count it was fitted at: every
     # table key built at that count shares one fit (not persisted)
     _fitted: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    # that fit as a FittedShape (multimodal_shape), and tied_fraction of the kept streams, each
+    # by the request count it was taken at (not persisted)
+    _shape: tuple[int, FittedShape] | None = field(default=None, repr=False, compare=False)
+    _tied: tuple[int, float] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.z_counts) != Z_BINS or len(self.s_counts) != S_BINS:
@@ -295,6 +305,41 @@ class ShapePrior:
         )
 
     # -- what the policy reads -----------------------------------------------------------------
+    def tied_streams(self) -> float:
+        """:func:`~stoppers.robust.likelihood_cost.tied_fraction` of the kept streams (cached
+        per request count)."""
+        cached = self._tied
+        if cached is None or cached[0] != self.requests:
+            cached = self._tied = (self.requests, tied_fraction(self.streams))
+        return cached[1]
+
+    def multimodal_shape(self) -> FittedShape | None:
+        """The newest table build's likelihood shape if it has more than one mode, was fitted
+        to at least ``MULTIMODAL_MIN_REQUESTS`` requests' streams, and the kept streams are
+        continuous (at most ``TIED_MAX`` of them repeat their rewards), else None.
+
+        Never fits: it reads the fit the table builds made (None before the first). Where it
+        is not None the target default decides with
+        :class:`~stoppers.robust.multiplier_target.MultiplierTargetRule` (a bulk and a better
+        mode: the mean and sd its table rule judges the best by mix the modes).
+        """
+        builds = list(self._fitted.items())  # a build on another thread replaces it whole
+        if not builds or self.tied_streams() > TIED_MAX:
+            return None
+        requests, p = builds[-1]
+        if requests < MULTIMODAL_MIN_REQUESTS:
+            return None
+        cached = self._shape
+        if cached is None or cached[0] != requests:
+            shape = FittedShape(
+                p=_rebin(p, Z_EDGES, EDGES),
+                requests=requests,
+                streams=len(self.streams),
+                tied=self.tied_streams(),
+            )
+            cached = self._shape = (requests, shape)
+        return cached[1] if cached[1].modes > 1 else None
+
     def table_key(
         self, target: float, *, min_samples: int, horizon: int, alpha: float | None = None
     ) -> TableKey:
