@@ -120,3 +120,24 @@ def test_on_bimodal_prompts_it_delivers_the_target_and_reports_its_estimate():
         samples.append(policy.n)
     assert abs(np.mean(delivered) - target) < 0.04
     assert 8 <= np.median(samples) < 200
+
+
+def test_tie_flags_follow_the_kept_streams_through_rolling_and_restore():
+    """tied_streams() is kept in step as streams roll off (no recount per request) and agrees
+    with a full recount, also after to_dict / from_dict."""
+    from stoppers.robust.likelihood_cost import tied_fraction
+    from stoppers.robust.shape_prior import STREAM_REQUESTS
+
+    rng = np.random.default_rng(7)
+    prior = ShapePrior()
+    for k in range(STREAM_REQUESTS + 40):
+        x = rng.normal(0.0, 1.0, 30)
+        prior.update((np.round(x, 1) if k % 9 == 0 else x).tolist())
+        if k % 50 == 0:
+            assert prior.tied_streams() == pytest.approx(tied_fraction(prior.streams))
+    assert len(prior.streams) == STREAM_REQUESTS
+    assert prior.tied_streams() == pytest.approx(tied_fraction(prior.streams))
+    restored = ShapePrior.from_dict(prior.to_dict())
+    assert restored.tied_streams() == pytest.approx(prior.tied_streams())
+    restored.update(np.round(rng.normal(0.0, 1.0, 30), 1).tolist())
+    assert restored.tied_streams() == pytest.approx(tied_fraction(restored.streams))

@@ -4,7 +4,8 @@ For each n in (10, 100, 960) a policy is fed n - 1 Student-t(3) rewards with a c
 it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t requests at c =
 1e-12, inflation 50, and on its likelihood path - the moment path held off - with a cost
 below any gain;
-TailPandora+XiPrior: the xi distribution those requests taught), then each of ``--repeats``
+TailPandora+XiPrior: the xi distribution those requests taught; PooledTargetAcceptance also on
+a bimodal deployment, where its multiplier rule decides), then each of ``--repeats``
 copies of that state observes a fresh stream of max(1, n // 16) more rewards, each ``observe``
 timed. Why a window and not one reward per copy: a policy that re-evaluates on a schedule
 (ShapePandora every n/32 rewards, the GPD policies' refits after 1/8 growth) does so at the
@@ -76,6 +77,34 @@ def _pooled_unreachable():
     return make
 
 
+def _multiplier_unreachable():
+    """PooledTargetAcceptance on a bimodal deployment (30 requests sharing a bulk and a better
+    mode), where its multiplier rule decides; the rule's answer is turned to "go on" after
+    its full evaluation, so every observe pays what it pays in service."""
+    from stoppers.robust.multiplier_target import MultiplierTargetRule
+    from stoppers.robust.pooled_target import PooledTargetAcceptance
+    from stoppers.robust.shape_prior import ShapePrior
+
+    class GoOn(MultiplierTargetRule):
+        def evaluate(self, rewards, best):
+            margin, accepted = super().evaluate(rewards, best)
+            return abs(margin) + 1.0, accepted
+
+    rng = np.random.default_rng(2)
+    prior = ShapePrior()
+    for _ in range(30):
+        z = np.where(rng.random(96) < 0.25, rng.normal(2.5, 0.5, 96), rng.normal(0.0, 1.0, 96))
+        prior.update(rng.normal(0.0, 2.0) + z)
+
+    def make():
+        policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=10_000, cold_start=1)
+        assert policy.multimodal
+        policy._multiplier.__class__ = GoOn
+        return policy
+
+    return make
+
+
 def _bayes_unreachable(learned):
     """BayesShapePandora warm on ``learned`` whose table never says stop (one lookup per
     observe is all it ever does; the table's values do not change its cost)."""
@@ -128,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         # its likelihood path (where the shape is not trusted)
         "ShapePandora(likelihood)": _likelihood_unreachable(learned),
         "PooledTargetAcceptance": _pooled_unreachable(),
+        # on a bimodal deployment: its multiplier rule
+        "PooledTarget(multimodal)": _multiplier_unreachable(),
         "BayesShapePandora": _bayes_unreachable(learned),
     }
     print(f"{'policy':24s} {'n':>5s} {'median_us':>10s} {'p99_us':>9s} {'mean_us':>9s}")

@@ -42,6 +42,7 @@ __all__ = [
     "FittedShape",
     "count_modes",
     "sd_precision",
+    "stream_ties",
     "tied_fraction",
 ]
 
@@ -79,15 +80,19 @@ _NODE_M = np.repeat(_GRID, GRID_NODES)
 _NODE_L = np.tile(_GRID, GRID_NODES)
 
 
+def stream_ties(stream: Sequence[float]) -> bool | None:
+    """Does ``stream`` repeat >= ``STREAM_REPEATS`` of its rewards (rounded or clipped scores)?
+    None for a stream of fewer than 2 rewards (it says nothing)."""
+    if len(stream) < 2:
+        return None
+    return len(stream) - len(set(stream)) >= STREAM_REPEATS * len(stream)
+
+
 def tied_fraction(streams: Sequence[Sequence[float]]) -> float:
-    """Fraction of the streams (of >= 2 rewards) in which >= ``STREAM_REPEATS`` of the rewards
-    repeat an earlier one of the same stream: rounded or clipped scores. Per stream, not per
+    """Fraction of the streams (of >= 2 rewards) that :func:`stream_ties`. Per stream, not per
     reward, so a few clipped prompts among many continuous ones (``mixed``) count."""
-    counted = [s for s in streams if len(s) >= 2]
-    if not counted:
-        return 0.0
-    tied = sum(len(s) - len(set(s)) >= STREAM_REPEATS * len(s) for s in counted)
-    return tied / len(counted)
+    flags = [f for f in map(stream_ties, streams) if f is not None]
+    return sum(flags) / len(flags) if flags else 0.0
 
 
 def count_modes(p: np.ndarray) -> int:

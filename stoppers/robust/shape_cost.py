@@ -64,8 +64,6 @@ from stoppers.robust.shape_prior import (
     S_BINS,
     S_HI,
     S_LO,
-    STREAM_REQUESTS,
-    STREAM_REWARDS,
     Z_BINS,
     Z_HI,
     Z_LO,
@@ -224,8 +222,7 @@ class CostShapePrior(ShapePrior):
         self.s_counts[_s_bin(np.array([math.log(sd)]))[0]] += 1.0
         self.requests += 1
         if self.likelihood:  # short streams too: leaving them out would select on the data
-            self.streams.append(x[:STREAM_REWARDS].tolist())
-            del self.streams[:-STREAM_REQUESTS]
+            self.keep_stream(x)
         return True
 
     # -- the likelihood shape (fitted to the kept streams; built like the target tables) -----

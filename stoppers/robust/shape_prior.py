@@ -76,7 +76,7 @@ import numpy as np
 from scipy import special
 
 from stoppers.robust.ceiling import RewardCeiling, RewardFloor
-from stoppers.robust.likelihood_cost import EDGES, TIED_MAX, FittedShape, tied_fraction
+from stoppers.robust.likelihood_cost import EDGES, TIED_MAX, FittedShape, stream_ties
 from stoppers.robust.shape_likelihood import _rebin, fit_shape
 
 __all__ = ["MAX_TABLES", "ShapePrior", "StopTable", "TableKey"]
@@ -195,10 +195,10 @@ class ShapePrior:
     # the likelihood shape of the newest build, by the request count it was fitted at: every
     # table key built at that count shares one fit (not persisted)
     _fitted: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
-    # that fit as a FittedShape (multimodal_shape), and tied_fraction of the kept streams, each
-    # by the request count it was taken at (not persisted)
+    # that fit as a FittedShape (multimodal_shape), by the request count it was fitted at, and
+    # stream_ties of each kept stream, kept in step with them (tied_streams); not persisted
     _shape: tuple[int, FittedShape] | None = field(default=None, repr=False, compare=False)
-    _tied: tuple[int, float] | None = field(default=None, repr=False, compare=False)
+    _ties: list[bool | None] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.z_counts) != Z_BINS or len(self.s_counts) != S_BINS:
@@ -231,9 +231,20 @@ class ShapePrior:
         self.s_counts[_s_bin(np.array([math.log(sd)]))[0]] += 1.0
         self.requests += 1
         if self.likelihood:
-            self.streams.append(x[:STREAM_REWARDS].tolist())
-            del self.streams[:-STREAM_REQUESTS]
+            self.keep_stream(x)
         return True
+
+    def keep_stream(self, x: np.ndarray) -> None:
+        """Keep the first ``STREAM_REWARDS`` of a finished request's rewards (the last
+        ``STREAM_REQUESTS`` requests' are kept), with its tie flag (:meth:`tied_streams`)."""
+        stream = x[:STREAM_REWARDS].tolist()
+        if self._ties is not None and len(self._ties) == len(self.streams):
+            self._ties.append(stream_ties(stream))
+            del self._ties[:-STREAM_REQUESTS]
+        else:
+            self._ties = None  # out of step (a restore): recounted when next asked
+        self.streams.append(stream)
+        del self.streams[:-STREAM_REQUESTS]
 
     def note_ends(self, x: np.ndarray) -> None:
         """Learn the scale's ends from every request: one all tied at a clip says most."""
@@ -306,12 +317,14 @@ class ShapePrior:
 
     # -- what the policy reads -----------------------------------------------------------------
     def tied_streams(self) -> float:
-        """:func:`~stoppers.robust.likelihood_cost.tied_fraction` of the kept streams (cached
-        per request count)."""
-        cached = self._tied
-        if cached is None or cached[0] != self.requests:
-            cached = self._tied = (self.requests, tied_fraction(self.streams))
-        return cached[1]
+        """:func:`~stoppers.robust.likelihood_cost.tied_fraction` of the kept streams, from
+        flags kept in step with them (each new request adds one; a full recount, ~2 ms for
+        256 streams, only after a restore)."""
+        ties = self._ties
+        if ties is None:
+            ties = self._ties = [stream_ties(stream) for stream in self.streams]
+        counted = [t for t in ties if t is not None]
+        return sum(counted) / len(counted) if counted else 0.0
 
     def multimodal_shape(self) -> FittedShape | None:
         """The newest table build's likelihood shape if it has more than one mode, was fitted

@@ -9,6 +9,8 @@ prompts in a random order - for three policies:
   :class:`~stoppers.robust.shape_prior.ShapePrior` per deployment (the default: the shape fitted
   by likelihood to the kept reward streams; reported over all prompts, and split into the
   cold-start prompts and those served after the prior had learned from ``COLD_START`` requests);
+* ``pooled-table``: the default with its two-mode rule off (``multimodal=False``: the table rule
+  on every shape, the default until 2026-11-26);
 * ``pooled-recorded``: the same on the recorded histogram, ``ShapePrior(likelihood=False)`` (the
   earlier default);
 * ``pooled-deconv``: the recorded histogram deconvolved,
@@ -69,6 +71,7 @@ TARGETS = (0.7, 0.8, 0.9, 0.95)
 TOLERANCE = 0.03  # the issue's |achieved - target| bound
 POLICIES = (
     "pooled",
+    "pooled-table",
     "pooled-per-prompt",
     "pooled-recorded",
     "pooled-deconv",
@@ -77,10 +80,18 @@ POLICIES = (
     "paper",
 )
 # learn across the deployment: warm / cold rows too
-POOLED = ("pooled", "pooled-per-prompt", "pooled-recorded", "pooled-deconv", "pooled-oracle")
+POOLED = (
+    "pooled",
+    "pooled-table",
+    "pooled-per-prompt",
+    "pooled-recorded",
+    "pooled-deconv",
+    "pooled-oracle",
+)
 PER_PROMPT_SHRINK = 0.25  # pooled-per-prompt: ShapePrior(scale_shrink=...)
 LABELS = {
     "pooled": "**PooledTargetAcceptance**",
+    "pooled-table": "PooledTargetAcceptance, table rule only (default until 2026-11-26)",
     "pooled-per-prompt": f"PooledTargetAcceptance, scale_shrink {PER_PROMPT_SHRINK} (opt-in)",
     "pooled-recorded": "PooledTargetAcceptance, recorded shape (earlier default)",
     "pooled-deconv": "PooledTargetAcceptance, deconvolved shape (opt-in)",
@@ -140,14 +151,15 @@ def _maker(
             if rewards is None:
                 raise ValueError("pooled-oracle needs the pool's rewards")
             new_prior = PoolShapeOracle.of_pool(rewards)
-        elif policy == "pooled":
+        elif policy in ("pooled", "pooled-table"):
             new_prior = ShapePrior
         elif policy == "pooled-per-prompt":
             new_prior = partial(ShapePrior, scale_shrink=PER_PROMPT_SHRINK)
         else:
             deconvolve = policy == "pooled-deconv"
             new_prior = partial(ShapePrior, likelihood=False, deconvolve=deconvolve)
-        return (lambda p: PooledTargetAcceptance(target, prior=p, **limits)), new_prior
+        options = limits | ({"multimodal": False} if policy == "pooled-table" else {})
+        return (lambda p: PooledTargetAcceptance(target, prior=p, **options)), new_prior
     if policy == "tail":
         return (lambda _p: TailTargetAcceptance(target, **limits)), None
     if policy == "paper":
