@@ -69,16 +69,6 @@ __all__ = [
 
 TARGETS = (0.7, 0.8, 0.9, 0.95)
 TOLERANCE = 0.03  # the issue's |achieved - target| bound
-POLICIES = (
-    "pooled",
-    "pooled-table",
-    "pooled-per-prompt",
-    "pooled-recorded",
-    "pooled-deconv",
-    "pooled-oracle",
-    "tail",
-    "paper",
-)
 # learn across the deployment: warm / cold rows too
 POOLED = (
     "pooled",
@@ -88,6 +78,7 @@ POOLED = (
     "pooled-deconv",
     "pooled-oracle",
 )
+POLICIES = (*POOLED, "tail", "paper")
 PER_PROMPT_SHRINK = 0.25  # pooled-per-prompt: ShapePrior(scale_shrink=...)
 LABELS = {
     "pooled": "**PooledTargetAcceptance**",
