@@ -141,3 +141,19 @@ def test_tie_flags_follow_the_kept_streams_through_rolling_and_restore():
     assert restored.tied_streams() == pytest.approx(prior.tied_streams())
     restored.update(np.round(rng.normal(0.0, 1.0, 30), 1).tolist())
     assert restored.tied_streams() == pytest.approx(tied_fraction(restored.streams))
+
+
+def test_with_a_build_hook_the_rule_waits_for_the_built_table_and_its_fit():
+    """The gateway builds tables on a worker thread (schedule_build): until a build is
+    installed the request runs the cold start; after it, the build's fit is what the two-mode
+    test reads - nothing is fitted on the caller's thread."""
+    prior = _learned(_bimodal_rows(30, seed=8))
+    asked = []
+    prior.schedule_build = lambda p, key: asked.append(key)
+    first = PooledTargetAcceptance(0.9, prior=prior, max_samples=400)
+    assert not first.uses_learned_prior and not first.multimodal and asked
+    assert prior.multimodal_shape() is None  # no build yet, so no fit to read
+    key = asked[-1]
+    prior.install(key, prior.prepare(key)())  # what the worker thread does
+    second = PooledTargetAcceptance(0.9, prior=prior, max_samples=400)
+    assert second.uses_learned_prior and second.multimodal
