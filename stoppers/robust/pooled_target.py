@@ -34,7 +34,7 @@ from stoppers.base import StoppingPolicy
 from stoppers.robust.ceiling import ceiling_of, floor_acceptance_bound, floor_of
 from stoppers.robust.multiplier_target import MultiplierTargetRule
 from stoppers.robust.policy import _default_min_samples
-from stoppers.robust.shape_cost import scale_prior
+from stoppers.robust.shape_cost import evaluation_due, scale_prior
 from stoppers.robust.shape_prior import ShapePrior, StopTable
 from stoppers.robust.target import TailTargetAcceptance
 from stoppers.robust.tracker import BestTies
@@ -43,9 +43,6 @@ __all__ = ["COLD_START", "PooledTargetAcceptance"]
 
 COLD_START = 10
 MAX_SIM_HORIZON = 1024
-# the multiplier rule's posterior (~0.1-0.6 ms) is evaluated on every reward up to this many,
-# then when the best rises or the stream grew by 1/32 (as cost mode's likelihood path)
-EVALUATE_EVERY_UNTIL = 32
 
 
 class PooledTargetAcceptance(StoppingPolicy):
@@ -187,8 +184,8 @@ class PooledTargetAcceptance(StoppingPolicy):
     def _multiplier_decide(self, n: int) -> str | None:
         rule = self._multiplier
         assert rule is not None
-        stale = n > EVALUATE_EVERY_UNTIL and self._best <= self._eval_best
-        if not (stale and n < self._eval_n + n // 32):
+        # its posterior (~0.1-0.6 ms) on cost mode's likelihood-path schedule
+        if evaluation_due(n, self._best, self._eval_n, self._eval_best):
             if not self._m2 > 0.0:
                 return None  # all tied so far: no scale to judge the best against yet
             self._margin, self._accepted = rule.evaluate(np.asarray(self._seen), self._best)

@@ -382,6 +382,14 @@ class CostShape:
         return float(_NODE_W @ gain)
 
 
+def evaluation_due(n: int, best: float, last_n: int, last_best: float) -> bool:
+    """Re-evaluate a posterior stop test at the n-th reward? On every reward while n <=
+    ``EXACT_UNTIL``, later only when the best has risen or n has grown by 1/32 since the last
+    evaluation (``last_n``, ``last_best``): the parameters drift slowly. Shared by the cost
+    paths and target mode's multiplier rule."""
+    return n <= EXACT_UNTIL or best > last_best or n >= last_n + n // 32
+
+
 def scale_prior(s_counts: Any) -> tuple[float, float]:
     """Mean and precision of log sd across the requests counted in ``s_counts`` (> 0 total);
     the precision is capped at 100 (sd 0.1) so a few alike requests cannot pin a new one."""
@@ -580,7 +588,7 @@ class ShapePandora(LearnedShapeCost):
         return super()._decide(reward)
 
     def _warm_decide(self, n: int) -> str | None:
-        if n > EXACT_UNTIL and self._best <= self._eval_best and n < self._eval_n + n // 32:
+        if not evaluation_due(n, self._best, self._eval_n, self._eval_best):
             return "threshold" if self._gain <= self.cost else None
         fitted = self.fitted_shape
         if fitted is not None:

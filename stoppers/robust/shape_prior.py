@@ -337,7 +337,10 @@ class ShapePrior:
         mode: the mean and sd its table rule judges the best by mix the modes).
         """
         builds = list(self._fitted.items())  # a build on another thread replaces it whole
-        if not builds or self.tied_streams() > TIED_MAX:
+        if not builds:
+            return None
+        tied = self.tied_streams()
+        if tied > TIED_MAX:
             return None
         requests, p = builds[-1]
         if requests < MULTIMODAL_MIN_REQUESTS:
@@ -348,7 +351,7 @@ class ShapePrior:
                 p=_rebin(p, Z_EDGES, EDGES),
                 requests=requests,
                 streams=len(self.streams),
-                tied=self.tied_streams(),
+                tied=tied,
             )
             cached = self._shape = (requests, shape)
         return cached[1] if cached[1].modes > 1 else None
