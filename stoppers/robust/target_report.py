@@ -31,6 +31,8 @@ full row): a rule that keeps its promise prompt by prompt has equal thirds.
 policy that keeps its best and sees at least m rewards delivers, on every stream, at least the
 acceptance of Best-of-m on that stream - so where the median over prompts of Best-of-m's
 acceptance exceeds a target by more than 0.03, that target cannot be met at min_samples = m.
+``bound`` prints the other side (:mod:`stoppers.robust.target_bound`): the median save a rule
+that knows each prompt's distribution gets, which no rule can beat.
 """
 
 from __future__ import annotations
@@ -413,7 +415,32 @@ def main(argv: list[str] | None = None) -> int:
     floor.add_argument("--orderings", type=int, default=100)
     floor.add_argument("--max-samples", type=int)
     floor.add_argument("--seed", type=int, default=0)
+    bound = sub.add_parser(
+        "bound", help="the save no rule can beat: each prompt's distribution known (target_bound)"
+    )
+    bound.add_argument("files", nargs="+", help=".npz files with a 'rewards' array")
+    bound.add_argument("--prompts", type=int, help="first N prompts")
+    bound.add_argument("--min-samples", default="1,8", help="comma-separated floors")
+    bound.add_argument("--orderings", type=int, default=100)
+    bound.add_argument("--max-samples", type=int)
+    bound.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.command == "bound":
+        from stoppers.robust.target_bound import render_bound
+
+        pools = {Path(f).stem: np.load(f)["rewards"][: args.prompts] for f in args.files}
+        sizes = tuple(int(m) for m in args.min_samples.split(","))
+        print(
+            render_bound(
+                pools,
+                TARGETS,
+                sizes,
+                orderings=args.orderings,
+                seed=args.seed,
+                max_samples=args.max_samples,
+            )
+        )
+        return 0
     if args.command == "floor":
         rewards = np.load(args.file)["rewards"][: args.prompts]
         sizes = tuple(int(m) for m in args.min_samples.split(","))
