@@ -39,7 +39,7 @@ STOP_REASONS = (
     "exhausted",  # candidates failed so the budget ran out before the policy stopped
     "patience",  # stoppers.Patience
     "tied",  # stoppers.robust: the best is tied at a ceiling (e.g. an upper clip)
-    "ceiling",  # stoppers.robust: the best is the top of the deployment's reward scale
+    "ceiling",  # stoppers.robust: the best is (target mode: near enough) the scale's top
     "floor",  # stoppers.robust: every reward at the bottom of the deployment's scale, long enough
     "other",
 )

@@ -339,3 +339,19 @@ def test_warm_policies_stop_at_the_floor_too():
     policy = ShapePandora(1e-3, prior=prior, max_samples=960)
     assert policy.warm
     assert _run(policy, [-4.0] * 960) == (_stop_at(1e-3, floor), "floor")
+
+
+def test_target_mode_stops_once_the_best_is_within_the_targets_reach_of_the_ceiling():
+    """kappa <= ceiling for every prompt, so AR(best - ceiling) >= t keeps the promise: at
+    t = 0.8 a best 0.3 below the top (AR 0.851) stops; at t = 0.9 it does not (it needs
+    ln(2 / 0.9 - 1) = 0.20), nor does any target above a best 0.3 below the top."""
+    below = TOP - 0.3
+    rewards = [below, 1.0, 0.5, 0.2, 0.7, 0.4, 0.3, 0.1, 0.6, 0.8] * 3
+    assert math.isclose(2 / (1 + math.exp(0.3)), 0.8511, abs_tol=1e-4)
+    for target, stops in ((0.8, True), (0.85, True), (0.86, False), (0.9, False)):
+        policy = PooledTargetAcceptance(target, prior=_established(ShapePrior()), max_samples=64)
+        n, reason = _run(policy, rewards)
+        assert (n, reason) == (8, "ceiling") if stops else reason != "ceiling", target
+    # within reach but before min_samples: waits for the floor, as at the ceiling itself
+    policy = PooledTargetAcceptance(0.8, prior=_established(ShapePrior()), min_samples=5)
+    assert _run(policy, rewards) == (5, "ceiling")

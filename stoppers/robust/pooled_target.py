@@ -32,6 +32,7 @@ import numpy as np
 
 from stoppers.base import StoppingPolicy
 from stoppers.robust.ceiling import ceiling_of, floor_acceptance_bound, floor_of
+from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.multiplier_target import MultiplierTargetRule
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.shape_cost import evaluation_due, scale_prior
@@ -153,8 +154,8 @@ class PooledTargetAcceptance(StoppingPolicy):
         return self._mean + self._scale * self._table.threshold(log_s, self._n)
 
     def _decide(self, reward: float) -> str | None:
-        if self._best == self._ceiling and self._n >= self.min_samples:
-            return "ceiling"  # the top of the deployment's reward scale: nothing can beat it
+        if self._near_ceiling():
+            return "ceiling"  # within the target's reach of the top of the reward scale
         if self._fallback is not None:
             return self._fallback.stop_reason if self._fallback.observe(reward) else None
         n = self._n
@@ -180,6 +181,20 @@ class PooledTargetAcceptance(StoppingPolicy):
         if (self._best - self._mean) / scale >= table.threshold(math.log(scale), n):
             return "target"
         return None
+
+    def _near_ceiling(self) -> bool:
+        """The best's acceptance against the deployment's ceiling already meets the target.
+
+        Every reward is at most the ceiling C (the top of the scale), so the prompt's benchmark
+        kappa (a quantile of its rewards) is too, and AR(best - kappa) >= AR(best - C): a best
+        with AR(best - C) >= t keeps the promise whatever the prompt - at the ceiling itself
+        (AR 1) or, for t < 1, up to ln(2 / t - 1) below it. Before 2026-11-27 only a best equal
+        to C stopped here, so prompts pressed against the clip drew until they hit it and
+        delivered 1 whatever the target (README, "Target mode on a deployment")."""
+        ceiling = self._ceiling
+        if ceiling is None or self._n < self.min_samples or self._best > ceiling:
+            return False  # a best above it disproves the ceiling for this request
+        return self._best == ceiling or acceptance(self._best - ceiling) >= self.target
 
     def _multiplier_decide(self, n: int) -> str | None:
         rule = self._multiplier
