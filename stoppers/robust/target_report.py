@@ -386,6 +386,15 @@ def write_figure(directory: Path, pools: list[str], path: Path) -> Path:
     return path
 
 
+def _add_stream_options(parser: argparse.ArgumentParser, *, min_samples: str) -> None:
+    """The options of the commands that replay the streams themselves (``floor``, ``bound``)."""
+    parser.add_argument("--prompts", type=int, help="first N prompts")
+    parser.add_argument("--min-samples", default=min_samples, help="comma-separated floors")
+    parser.add_argument("--orderings", type=int, default=100)
+    parser.add_argument("--max-samples", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -410,49 +419,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     floor = sub.add_parser("floor", help="the acceptance no rule can go below, per min_samples")
     floor.add_argument("file", help=".npz with a 'rewards' (prompts x samples) array")
-    floor.add_argument("--prompts", type=int, help="first N prompts")
-    floor.add_argument("--min-samples", default="2,4,8", help="comma-separated floors")
-    floor.add_argument("--orderings", type=int, default=100)
-    floor.add_argument("--max-samples", type=int)
-    floor.add_argument("--seed", type=int, default=0)
+    _add_stream_options(floor, min_samples="2,4,8")
     bound = sub.add_parser(
         "bound", help="the save no rule can beat: each prompt's distribution known (target_bound)"
     )
     bound.add_argument("files", nargs="+", help=".npz files with a 'rewards' array")
-    bound.add_argument("--prompts", type=int, help="first N prompts")
-    bound.add_argument("--min-samples", default="1,8", help="comma-separated floors")
-    bound.add_argument("--orderings", type=int, default=100)
-    bound.add_argument("--max-samples", type=int)
-    bound.add_argument("--seed", type=int, default=0)
+    _add_stream_options(bound, min_samples="1,8")
     args = parser.parse_args(argv)
-    if args.command == "bound":
+    if args.command in ("bound", "floor"):
+        sizes = tuple(int(m) for m in args.min_samples.split(","))
+        streams = {"orderings": args.orderings, "seed": args.seed, "max_samples": args.max_samples}
+        if args.command == "floor":
+            print(render_floor(np.load(args.file)["rewards"][: args.prompts], sizes, **streams))
+            return 0
         from stoppers.robust.target_bound import render_bound
 
         pools = {Path(f).stem: np.load(f)["rewards"][: args.prompts] for f in args.files}
-        sizes = tuple(int(m) for m in args.min_samples.split(","))
-        print(
-            render_bound(
-                pools,
-                TARGETS,
-                sizes,
-                orderings=args.orderings,
-                seed=args.seed,
-                max_samples=args.max_samples,
-            )
-        )
-        return 0
-    if args.command == "floor":
-        rewards = np.load(args.file)["rewards"][: args.prompts]
-        sizes = tuple(int(m) for m in args.min_samples.split(","))
-        print(
-            render_floor(
-                rewards,
-                sizes,
-                orderings=args.orderings,
-                seed=args.seed,
-                max_samples=args.max_samples,
-            )
-        )
+        print(render_bound(pools, TARGETS, sizes, **streams))
         return 0
     if args.command == "table":
         render = render_spread_table if args.spread else render_table
