@@ -7,9 +7,11 @@ distribution. Told the distribution, minimising the mean samples subject to a me
 ``t`` is a Lagrangian problem whose solution is Weitzman's rule on the AR scale (README, "Target
 mode on a deployment"): after the ``min_samples`` floor, stop at the first n whose best reward
 reaches a fixed threshold. The thresholds trace a frontier of (mean acceptance, mean samples);
-mixing two thresholds at random reaches every point of its lower convex hull, and no rule
-(fixed threshold or not) can do better than the hull, so its value at ``t`` is the fewest mean
-samples that deliver ``t``.
+mixing two thresholds at random reaches every point of its lower convex hull, and for
+independent draws no rule (fixed threshold or not) can do better than the hull, so its value at
+``t`` is the fewest mean samples that deliver ``t``. The replayed streams draw a finite pool
+without replacement, which a rule could in principle exploit; on 960-reward pools that is
+negligible, on a 49-reward pool replayed whole (AlpacaEval) the bound is approximate.
 
 Measured on exactly the streams :func:`~stoppers.replay.deployment.replay_deployment` serves
 (``deployment_batch``), with the save defined as :func:`~stoppers.replay.experiments.savings_rows`
