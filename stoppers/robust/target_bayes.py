@@ -40,6 +40,9 @@ import numpy as np
 from scipy.special import logsumexp
 from scipy.stats import norm
 
+from stoppers.replay.experiments import matched_fixed_n
+from stoppers.robust.gpd_tail import _acceptance_array
+
 __all__ = ["BayesTargetSpec", "PromptResult", "evaluate", "fixed_curve", "price", "solve"]
 
 STEP = 0.1  # grid step of d, log sd and log scale
@@ -49,11 +52,6 @@ _NEXT_Y, _NEXT_W = np.polynomial.hermite_e.hermegauss(12)
 _NEXT_W = _NEXT_W / _NEXT_W.sum()
 _MEAN_E, _MEAN_W = np.polynomial.hermite_e.hermegauss(10)
 _MEAN_W = _MEAN_W / _MEAN_W.sum()
-
-
-def _ar(x: np.ndarray) -> np.ndarray:
-    """AR as a function of v - kappa (Definition "Acceptance Rate"), overflow-safe."""
-    return np.minimum(1.0, 2.0 / (1.0 + np.exp(np.minimum(-x, 700.0))))
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ def price(scale: np.ndarray, target: float, alpha: float = 0.99) -> tuple[np.nda
     prices, thresholds = [], []
     mass = np.cumsum(_PZ[::-1])[::-1]
     for s in np.atleast_1d(scale):
-        a = _ar(s * (_Z - z_alpha))
+        a = _acceptance_array(s * (_Z - z_alpha))
         conditional = np.cumsum((a * _PZ)[::-1])[::-1] / np.maximum(mass, 1e-300)
         k = int(np.argmax(conditional >= target))
         prices.append(float(np.maximum(a - a[k], 0.0) @ _PZ))
@@ -115,7 +113,9 @@ def _stop_value(spec: BayesTargetSpec, n: int, weights: np.ndarray) -> np.ndarra
     """g_n(d, S): posterior mean AR of the best, kappa - best = s z_alpha - d - (mean - m)."""
     s = np.exp(spec.log_scale_nodes)
     error = _MEAN_E[None, :] * s[:, None] / np.sqrt(n)  # mean - m given s: N(0, s^2 / n)
-    ar = _ar(spec.d_grid[:, None, None] + error[None] - (s * spec.z_alpha)[None, :, None])
+    ar = _acceptance_array(
+        spec.d_grid[:, None, None] + error[None] - (s * spec.z_alpha)[None, :, None]
+    )
     return (ar @ _MEAN_W) @ weights.T  # (d, log sd)
 
 
@@ -161,7 +161,7 @@ def solve(spec: BayesTargetSpec, multiplier: float) -> dict[int, np.ndarray]:
 def fixed_curve(scale: float, budget: int, alpha: float = 0.99) -> np.ndarray:
     """E[AR(max of N normal rewards)] for N = 1..budget, by quadrature over the maximum."""
     cdf = norm.cdf(_Z)
-    ar = _ar(scale * (_Z - norm.ppf(alpha)))
+    ar = _acceptance_array(scale * (_Z - norm.ppf(alpha)))
     powers = cdf[None, :] ** np.arange(1, budget + 1)[:, None]
     density = np.diff(powers, axis=1, prepend=0.0)
     return density @ ar
@@ -188,8 +188,6 @@ def evaluate(
     """Replay the rule on ``prompts`` simulated prompts (scale from the prior; the location
     does not matter to a location-equivariant rule), ``streams`` streams each; N* is read on
     Best-of-N for N up to ``fixed_budget``."""
-    from stoppers.replay.experiments import matched_fixed_n
-
     rng = np.random.default_rng(seed)
     out = []
     n = np.arange(1, spec.horizon + 1)
@@ -209,7 +207,7 @@ def evaluate(
             if not alive.any():
                 break
         kept = best[np.arange(streams), stop]
-        acceptance = float(_ar(kept - scale * spec.z_alpha).mean())
+        acceptance = float(_acceptance_array(kept - scale * spec.z_alpha).mean())
         samples = float(stop.mean() + 1)
         matched, _ = matched_fixed_n(fixed_curve(scale, fixed_budget, spec.alpha), acceptance)
         out.append(PromptResult(scale, acceptance, samples, matched, (matched - samples) / matched))

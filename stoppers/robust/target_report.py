@@ -32,7 +32,7 @@ policy that keeps its best and sees at least m rewards delivers, on every stream
 acceptance of Best-of-m on that stream - so where the median over prompts of Best-of-m's
 acceptance exceeds a target by more than 0.03, that target cannot be met at min_samples = m.
 ``bound`` prints the other side (:mod:`stoppers.robust.target_bound`): the median save a rule
-that knows each prompt's distribution gets, which no rule can beat.
+that knows each prompt's distribution gets, which no rule can beat on independent draws.
 """
 
 from __future__ import annotations
