@@ -227,6 +227,30 @@ def test_a_few_clipped_prompts_among_continuous_ones_keep_the_deployment_off_the
     assert ShapePandora(1e-3, prior=continuous, **untrusted).fitted_shape is not None
 
 
+def test_prompts_of_different_shapes_keep_a_one_mode_fit_off_the_path():
+    """A one-mode fit to prompts of different families is a blend whose tail fits none of
+    them (replayed: 0.85 of the best fixed N's profit at c = 1e-3): where the shared-shape
+    tests find the prompts differ, the cold start decides; where they pass, the fit does, and
+    a two-mode fit decides whatever they say (prompts differing in a better mode's weight)."""
+    pool = generate(SynthSpec(family="mixed", prompts=40, samples=96, seed=0))
+    rows = pool["rewards"][pool["family"] != "clipped"][:20]
+    assert len(set(pool["family"][pool["family"] != "clipped"][:20])) == 6
+    untrusted = {"warm_requests": 10**9}  # the moment path held off
+    mixed = _prior_of(rows, 96)
+    assert mixed.tied_streams() == 0.0 and mixed.shape_dispersion > 1.6
+    policy = ShapePandora(1e-3, prior=mixed, **untrusted)
+    assert mixed.likelihood_shape is not None and mixed.likelihood_shape.modes == 1
+    assert policy.fitted_shape is None and not policy.warm
+    rng = np.random.default_rng(5)
+    normal = _prior_of(rng.normal(0.0, 2.0, (20, 1)) + rng.normal(0.0, 1.0, (20, 96)), 96)
+    assert normal.shape_dispersion <= 1.6
+    assert ShapePandora(1e-3, prior=normal, **untrusted).fitted_shape is not None
+    bimodal = _prior_of(_mixture(20, seed=2), 96)
+    assert bimodal.shape_dispersion > 1.6 or bimodal.dispersion > 1.6
+    fitted = ShapePandora(1e-3, prior=bimodal, **untrusted).fitted_shape
+    assert fitted is not None and fitted.modes == 2
+
+
 def test_prior_keeps_short_streams_refits_as_requests_grow_and_round_trips():
     rng = np.random.default_rng(6)
     prior = CostShapePrior()
