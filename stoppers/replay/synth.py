@@ -27,6 +27,10 @@ Families (``z``):
 ``lognormal`` and ``logistic`` came later (2026-11-25) as families no policy was tuned on; they
 are not among ``mixed``'s choices, so every earlier pool reproduces from its seed.
 
+* ``mixed-continuous`` (2026-11-27) — like ``mixed`` without ``clipped``: every prompt scores on
+  a continuum but the prompts differ in shape (a deployment serving several kinds of task). No
+  tied scores, so nothing keeps a cost policy off a shape fitted to all of them.
+
 The result is reproducible from ``seed`` alone (numpy ``default_rng``).
 """
 
@@ -49,7 +53,8 @@ _BASE_FAMILIES = (
     "clipped",
 )
 _HELD_OUT_FAMILIES = ("lognormal", "logistic")  # not in "mixed": earlier pools reproduce
-FAMILIES = (*_BASE_FAMILIES, "mixed", *_HELD_OUT_FAMILIES)
+_CONTINUOUS_FAMILIES = tuple(f for f in _BASE_FAMILIES if f != "clipped")
+FAMILIES = (*_BASE_FAMILIES, "mixed", *_HELD_OUT_FAMILIES, "mixed-continuous")
 
 _SKEW_SHAPE = 4.0
 _T_DF = 3.0
@@ -99,6 +104,8 @@ def generate(spec: SynthSpec) -> dict[str, np.ndarray]:
     scale = spec.scale_median * np.exp(rng.normal(0.0, spec.scale_spread, size=spec.prompts))
     if spec.family == "mixed":
         families = rng.choice(np.array(_BASE_FAMILIES), size=spec.prompts)
+    elif spec.family == "mixed-continuous":
+        families = rng.choice(np.array(_CONTINUOUS_FAMILIES), size=spec.prompts)
     else:
         families = np.full(spec.prompts, spec.family)
     rewards = np.empty((spec.prompts, spec.samples), dtype=np.float64)
