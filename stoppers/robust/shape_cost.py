@@ -652,15 +652,16 @@ def _untrusted_shape(prior: object) -> FittedShape | None:
     fitted = _continuous_shape(prior)
     if fitted is None or fitted.modes > 1:
         return fitted
-    return fitted if _shares_shape(prior) else None
+    return None if _shapes_differ(prior) else fitted
 
 
-def _shares_shape(prior: CostShapePrior) -> bool:
-    """Do the shared-shape tests pass: the tail test where it has counts, the whole-shape
-    test always (:attr:`CostShapePrior.dispersion`, :attr:`CostShapePrior.shape_dispersion`)?"""
-    tail, whole = prior.dispersion, prior.shape_dispersion
-    return (tail is None or tail <= MAX_DISPERSION) and (
-        whole is not None and whole <= MAX_DISPERSION
+def _shapes_differ(prior: CostShapePrior) -> bool:
+    """Has a shared-shape test found the prompts to differ (:attr:`CostShapePrior.dispersion`
+    or :attr:`CostShapePrior.shape_dispersion` above ``MAX_DISPERSION``)? A test without
+    counts yet (fewer than 2 requests of ``min_rewards``) has found nothing: requests that a
+    blend sends sampling long are the ones that give it counts."""
+    return any(
+        d is not None and d > MAX_DISPERSION for d in (prior.dispersion, prior.shape_dispersion)
     )
 
 
@@ -671,5 +672,5 @@ def _trusted(prior: object, warm_requests: int, alpha: float = 0.99) -> bool:
             return False
         if prior.tail_draws < DRAWS_ABOVE_QUANTILE / (1.0 - alpha):
             return False
-        return _shares_shape(prior)
+        return prior.shape_dispersion is not None and not _shapes_differ(prior)
     return isinstance(prior, ShapePrior) and prior.requests >= warm_requests
