@@ -82,12 +82,6 @@ def test_later_families_leave_earlier_pools_unchanged() -> None:
 
 def test_mixed_continuous_draws_every_continuous_family_and_no_ties() -> None:
     out = generate(SynthSpec(family="mixed-continuous", prompts=200, samples=300, seed=0))
-    assert set(out["family"]) == {
-        "normal",
-        "gumbel",
-        "skew-normal",
-        "student-t",
-        "mixture",
-        "exponential",
-    }
+    mixed = generate(SynthSpec(family="mixed", prompts=200, samples=2, seed=0))
+    assert set(out["family"]) == set(mixed["family"]) - {"clipped"}  # the other six
     assert all(np.unique(row).size == row.size for row in out["rewards"])  # a continuum
