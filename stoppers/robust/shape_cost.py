@@ -23,9 +23,12 @@ Since 2026-11-26, where the shared-shape tests below do not (yet) trust the reco
 the rewards are continuous, the default does not fall back to the cold start once the prior
 keeps 8 requests' streams: it decides on the shape fitted by likelihood to those streams, with
 the request's own m and s integrated out by likelihood rather than by normal-theory moments
-(:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores the cold start). It needs
-no shared-shape test: each request's own rewards place it under the pooled shape, which is
-what made bimodal prompts with per-prompt mode weights work (README, "The likelihood path").
+(:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores the cold start). A
+two-mode fit needs no shared-shape test: each request's own rewards place it under the pooled
+shape, which is what made bimodal prompts with per-prompt mode weights work (README, "The
+likelihood path"). A one-mode fit decides only until a shared-shape test finds the prompts
+differ (2026-11-27): fitted to prompts of different families it is a blend that fits none of
+them (``_untrusted_shape``; README, "Heterogeneous continuous deployments").
 Where the tests do trust the shape, the moment path below stays: on exponential rewards it
 earned more (long deployments, README).
 
@@ -513,7 +516,8 @@ class ShapePandora(LearnedShapeCost):
     likelihood: where the prompts do not (yet) pass the shared-shape tests and the rewards
         are continuous, decide on the shape fitted by likelihood with the request's location
         and scale integrated out by likelihood (:mod:`stoppers.robust.likelihood_cost`) once
-        the prior keeps ``LIKELIHOOD_MIN_REQUESTS`` streams, instead of the cold start. False:
+        the prior keeps ``LIKELIHOOD_MIN_REQUESTS`` streams, instead of the cold start (a
+        one-mode fit only until a shared-shape test finds the prompts differ). False:
         the policy of 2026-11-25 (the recorded shape with moment errors where the prompts
         pass the shared-shape tests, else the cold start).
     """
