@@ -652,7 +652,7 @@ def _untrusted_shape(prior: object) -> FittedShape | None:
     normal, Gumbel, skew-normal, Student-t, exponential and two-mode prompts (``mixed``
     without its clipped prompts) normal requests drew 266 rewards and two-mode ones 539
     where the best fixed N was 106, 0.85 of that N's profit at c = 1e-3 against 1.00 for the
-    cold start (README "Heterogeneous deployments"). There the cold start decides."""
+    cold start (README "Heterogeneous continuous deployments"). There the cold start decides."""
     fitted = _continuous_shape(prior)
     if fitted is None or fitted.modes > 1:
         return fitted

@@ -333,9 +333,10 @@ class ShapePrior:
         A histogram density has no room for a clip's point mass or a rounding lattice, so a
         minority of tied streams - the clipped prompts of a deployment whose other prompts
         score on a continuum - bends the shape every request's table is built on (a fifth of
-        clipped streams among normal ones pulled the fit's 0.9-quantile from 1.28 to 1.15,
-        tested). In replay on ``mixed`` (a seventh clipped) the calibrated tables absorbed
-        most of it: warm saves moved within +-0.03 (README "Target mode on a deployment").
+        clipped streams among normal ones pulled the fit's 0.9-quantile from 1.25-1.29 to
+        1.13-1.21, tested). In replay on ``mixed`` (a seventh clipped) the calibrated tables
+        had absorbed most of it: warm saves moved within +-0.03 (README "Target mode on a
+        deployment").
         Where tied streams are the majority (a clipped or judge-logit deployment) they are
         the deployment, and all are fitted as before.
         """
