@@ -320,11 +320,14 @@ class ShapePrior:
         """:func:`~stoppers.robust.likelihood_cost.tied_fraction` of the kept streams, from
         flags kept in step with them (each new request adds one; a full recount, ~2 ms for
         256 streams, only after a restore)."""
-        ties = self._ties
-        if ties is None:
-            ties = self._ties = [stream_ties(stream) for stream in self.streams]
-        counted = [t for t in ties if t is not None]
+        counted = [t for t in self._tie_flags() if t is not None]
         return sum(counted) / len(counted) if counted else 0.0
+
+    def _tie_flags(self) -> list[bool | None]:
+        """stream_ties of each kept stream, in step with them (recounted after a restore)."""
+        if self._ties is None:
+            self._ties = [stream_ties(stream) for stream in self.streams]
+        return self._ties
 
     def fit_streams(self) -> list[list[float]]:
         """The kept streams the likelihood shape is fitted to: the continuous ones where they
@@ -336,13 +339,10 @@ class ShapePrior:
         clipped streams among normal ones pulled the fit's 0.9-quantile from 1.25-1.29 to
         1.13-1.21, tested). In replay on ``mixed`` (a seventh clipped) the calibrated tables
         had absorbed most of it: warm saves moved within +-0.03 (README "Target mode on a
-        deployment").
-        Where tied streams are the majority (a clipped or judge-logit deployment) they are
-        the deployment, and all are fitted as before.
+        deployment"). Where tied streams are the majority (a clipped or judge-logit
+        deployment) they are the deployment, and all are fitted as before.
         """
-        self.tied_streams()  # brings the tie flags in step with the streams
-        ties = self._ties
-        assert ties is not None and len(ties) == len(self.streams)
+        ties = self._tie_flags()
         continuous = [s for s, tied in zip(self.streams, ties, strict=True) if not tied]
         if len(continuous) >= LIKELIHOOD_MIN_STREAMS and 2 * len(continuous) > len(ties):
             return continuous
