@@ -8,6 +8,7 @@ adaptive mode, a target acceptance selects target mode. Every invalid value is r
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,10 @@ FIELDS = {
     "max_samples": "X-Pandora-Max-Samples",
     "min_samples": "X-Pandora-Min-Samples",
     "parallelism": "X-Pandora-Parallelism",
+    "task": "X-Pandora-Task",
 }
+# A task names a kind of prompt (its reward shape); X-Request-Id's characters, 1-64 of them.
+TASK_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class SamplingPlan:
     cost: float | None  # adaptive mode
     target: float | None  # target mode
     n: int = 1  # distinct best candidates to return
+    task: str | None = None  # keys the learned deployment prior with the model (server.priors)
 
 
 def _raw_values(headers: Mapping[str, str], body: Any) -> dict[str, tuple[Any, str]]:
@@ -88,6 +93,17 @@ def _integer(value: Any, param: str, low: int, high: int) -> int:
             f"{param} must be between {low} and {high}, got {value!r}", param=param
         )
     return int(number)
+
+
+def _task(value: Any, param: str) -> str:
+    """A task label: a prior is learned per (model, task), so a label must name a kind of
+    prompt, not carry free text."""
+    if not isinstance(value, str) or TASK_PATTERN.fullmatch(value) is None:
+        raise InvalidRequestError(
+            f"{param} must be 1-64 of the characters A-Z a-z 0-9 . _ : -, got {value!r}",
+            param=param,
+        )
+    return value
 
 
 def resolve_plan(
@@ -148,6 +164,7 @@ def resolve_plan(
         raise InvalidRequestError(
             f"n ({n}) must not exceed the sample budget ({max_samples})", param="n"
         )
+    task = _task(*raw["task"]) if "task" in raw else None
     if mode == "adaptive" and cost is None:
         cost = settings.default_cost
     if mode == "target" and target is None:
@@ -160,4 +177,5 @@ def resolve_plan(
         cost=cost,
         target=target,
         n=n,
+        task=task,
     )

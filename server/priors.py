@@ -1,12 +1,16 @@
-"""The gateway's learned deployment priors: one per (generator model, mode), kept across requests.
+"""The gateway's learned deployment priors: one per (generator model, task, mode), kept across
+requests.
 
 Why: one request sees a handful of rewards, but the requests for one model share its reward
 distribution's shape (see :mod:`stoppers.deployment`). :class:`PriorStore` hands the same
 :class:`stoppers.DeploymentPrior` to every policy built for a model and mode, and learns from
 each request that finished normally, with the rewards in the order the policy saw them.
 
-- Keys are the ``model`` string as the request names it. The store is an LRU bounded by
-  ``max_models``, so a client sending random model names cannot grow memory.
+- Keys are the ``model`` string as the request names it and the request's optional task
+  (``X-Pandora-Task``): prompts of one model can differ in shape (code, chat, maths), and one
+  prior fitted to all of them is a blend that fits none (README, "Task keys"). The store is an
+  LRU bounded by ``max_models`` entries, so a client sending random model names or tasks
+  cannot grow memory.
 - Only the protocol is used (``update``, ``to_dict``); the concrete class comes from
   :func:`stoppers.new_deployment_prior`, and restoring a saved state uses that class's
   ``from_dict``. A state saved by another class (the default policy changed) is dropped with
@@ -49,6 +53,7 @@ log = logging.getLogger(__name__)
 
 PRIOR_MODES: tuple[PriorMode, ...] = ("cost", "target")
 STATE_VERSION = 1
+PriorKey = tuple[str, str | None, PriorMode]  # (model, task or None, mode)
 UPDATE_RESULTS = ("learned", "skipped")  # update() returned True / False
 POLICY_SHAPES = ("learned", "cold_start")  # the policy decided on the prior / ran its cold start
 # Metric labels use the request modes (as every other ``mode`` label of the gateway does).
@@ -81,7 +86,8 @@ def _class_name(prior: object) -> str:
 
 
 class PriorStore:
-    """LRU of deployment priors keyed by (model, mode), optionally persisted to ``path``."""
+    """LRU of deployment priors keyed by (model, task, mode), optionally persisted to
+    ``path``."""
 
     def __init__(
         self,
@@ -103,7 +109,7 @@ class PriorStore:
         # a setting of the target priors' tables (ShapePrior.scale_shrink), not persisted
         self.target_scale_shrink = target_scale_shrink
         self.save_every = save_every
-        self._priors: OrderedDict[tuple[str, PriorMode], DeploymentPrior] = OrderedDict()
+        self._priors: OrderedDict[PriorKey, DeploymentPrior] = OrderedDict()
         self._since_save = 0
         registry = registry if registry is not None else CollectorRegistry()
         self.updates = _mode_counter(
@@ -116,7 +122,7 @@ class PriorStore:
         )
         self.models = Gauge(
             "pandora_prior_models",
-            "Deployment priors held (one per model and mode; bounded LRU)",
+            "Deployment priors held (one per model, task and mode; bounded LRU)",
             registry=registry,
         )
         self.policies = _mode_counter(
@@ -132,13 +138,14 @@ class PriorStore:
     def __len__(self) -> int:
         return len(self._priors)
 
-    def keys(self) -> list[tuple[str, PriorMode]]:
-        """Keys from least to most recently used."""
+    def keys(self) -> list[PriorKey]:
+        """Keys (model, task, mode) from least to most recently used."""
         return list(self._priors)
 
-    def get(self, model: str, mode: PriorMode) -> DeploymentPrior:
-        """The prior for ``model`` and ``mode`` (created on first use; marks it recently used)."""
-        key = (model, mode)
+    def get(self, model: str, mode: PriorMode, task: str | None = None) -> DeploymentPrior:
+        """The prior for ``model``, ``task`` and ``mode`` (created on first use; marks it
+        recently used). Requests without a task share their model's untasked prior."""
+        key = (model, task, mode)
         prior = self._priors.get(key)
         if prior is None:
             prior = stoppers.new_deployment_prior(mode)
@@ -147,8 +154,8 @@ class PriorStore:
             self._priors.move_to_end(key)
         return prior
 
-    def _insert(self, key: tuple[str, PriorMode], prior: DeploymentPrior) -> None:
-        if key[1] == "target" and isinstance(prior, ShapePrior):
+    def _insert(self, key: PriorKey, prior: DeploymentPrior) -> None:
+        if key[2] == "target" and isinstance(prior, ShapePrior):
             prior.scale_shrink = self.target_scale_shrink  # before any table is built
         self.builds.attach(prior)  # its tables are built on the worker thread, never inline
         self._priors[key] = prior
@@ -191,11 +198,12 @@ class PriorStore:
             "priors": [
                 {
                     "model": model,
+                    "task": task,
                     "mode": mode,
                     "class": _class_name(prior),
                     "state": prior.to_dict(),
                 }
-                for (model, mode), prior in self._priors.items()
+                for (model, task, mode), prior in self._priors.items()
             ],
         }
 
@@ -255,16 +263,21 @@ class PriorStore:
         entries = data["priors"]
         if not isinstance(entries, list):
             raise ValueError("'priors' must be a list")
-        restored: list[tuple[tuple[str, PriorMode], DeploymentPrior]] = []
+        restored: list[tuple[PriorKey, DeploymentPrior]] = []
         for entry in entries:
-            model, mode = entry["model"], entry["mode"]
-            if not isinstance(model, str) or mode not in PRIOR_MODES:
-                raise ValueError(f"bad key ({model!r}, {mode!r})")
+            # files saved before tasks existed have no "task": their priors are untasked
+            model, task, mode = entry["model"], entry.get("task"), entry["mode"]
+            if (
+                not isinstance(model, str)
+                or not (task is None or isinstance(task, str))
+                or mode not in PRIOR_MODES
+            ):
+                raise ValueError(f"bad key ({model!r}, {task!r}, {mode!r})")
             cls = type(stoppers.new_deployment_prior(mode))
             expected = f"{cls.__module__}.{cls.__qualname__}"
             if entry["class"] != expected:
                 raise ValueError(f"saved by {entry['class']}, the {mode} prior is now {expected}")
-            restored.append(((model, mode), cls.from_dict(entry["state"])))  # type: ignore[attr-defined]
+            restored.append(((model, task, mode), cls.from_dict(entry["state"])))  # type: ignore[attr-defined]
         for key, prior in restored:
             self._insert(key, prior)
         if legacy and restored and self.reward_identity is not None:

@@ -162,7 +162,7 @@ class _Run:
         self.prior_mode = prior_mode_for(plan.mode) if sampler.priors is not None else None
         model = body.get("model")
         if self.prior_mode is not None and isinstance(model, str) and sampler.priors is not None:
-            self.prior = sampler.priors.get(model, self.prior_mode)
+            self.prior = sampler.priors.get(model, self.prior_mode, plan.task)
             self.policy = sampler.policy_factory(plan, prior=self.prior)
             sampler.priors.policy_built(self.prior_mode, self.policy)
         else:

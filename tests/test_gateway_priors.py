@@ -1,4 +1,4 @@
-"""The learned deployment prior: one per (model, mode), fed each finished request's rewards in
+"""The learned deployment prior: one per (model, task, mode), fed each finished request's rewards in
 the order its policy saw them, bounded, and persisted across a real restart of the gateway."""
 
 from __future__ import annotations
@@ -104,6 +104,59 @@ def test_one_prior_object_per_model_and_mode(gateway_factory, recording_priors):
     assert server.metric("pandora_prior_models") == 3
 
 
+def test_a_task_keys_its_own_prior(gateway_factory, recording_priors):
+    """X-Pandora-Task (or pandora.task) gives a model's prompts of one kind their own prior;
+    requests without one share the model's untasked prior."""
+    recorder = Recorder()
+    server = gateway_factory(policy_factory=recorder, max_samples=2, parallelism=2)
+    requests = (
+        (body("a"), {}),
+        (body("a"), {"X-Pandora-Task": "code"}),
+        (body("a", pandora={"task": "code"}), {}),
+        (body("a", pandora={"task": "chat"}), {"X-Pandora-Task": "maths"}),  # header wins
+        (body("b"), {"X-Pandora-Task": "code"}),
+        (body("a"), {}),
+        (body("a", pandora={"mode": "fixed", "task": "code"}), {}),
+    )
+    for request, headers in requests:
+        response = httpx.post(server.url + URL, json=request, headers=headers, timeout=10)
+        assert response.status_code == 200
+    p = [prior for prior, _ in recorder.calls]
+    assert p[1] is p[2] and p[0] is p[5]  # the same task shares, so does no task
+    assert len({id(x) for x in p[:5]}) == 4  # untasked, code, maths, and model b's code
+    assert p[6] is None  # fixed mode learns nothing, task or not
+    assert [len(x.updates) for x in (p[0], p[1], p[3], p[4])] == [2, 2, 1, 1]
+    assert server.metric("pandora_prior_models") == 4
+    keys = server.server.config.app.state.priors.keys()
+    assert set(keys) == {
+        ("a", None, "cost"),
+        ("a", "code", "cost"),
+        ("a", "maths", "cost"),
+        ("b", "code", "cost"),
+    }
+
+
+def test_tasked_priors_persist_and_untasked_files_still_load(tmp_path):
+    state = tmp_path / "p.json"
+    store = PriorStore(path=state)
+    store.learn("cost", store.get("m", "cost", "code"), [0.1, 0.2, 0.4, 0.3])
+    store.learn("cost", store.get("m", "cost"), [0.5, 0.2, 0.4, 0.3, 0.9])
+    store.save()
+    restored = PriorStore(path=state)
+    assert restored.load() == 2
+    assert restored.keys() == [("m", "code", "cost"), ("m", None, "cost")]
+    assert restored.get("m", "cost", "code").to_dict() == store.get("m", "cost", "code").to_dict()
+    # a file saved before tasks existed: its entries have no "task" and are the untasked priors
+    legacy = json.loads(state.read_text())
+    for entry in legacy["priors"]:
+        del entry["task"]
+    legacy["priors"] = legacy["priors"][1:]
+    state.write_text(json.dumps(legacy))
+    old = PriorStore(path=state)
+    assert old.load() == 1 and old.keys() == [("m", None, "cost")]
+    assert old.get("m", "cost").to_dict() == store.get("m", "cost").to_dict()
+
+
 def test_update_gets_rewards_in_observation_order(recording_priors):
     # Candidate i waits (4 - i) * 40 ms per token: with 4 in flight they finish last-first, so
     # the policy sees them in an order that is neither launch order nor sorted.
@@ -182,7 +235,7 @@ def test_store_is_a_bounded_lru():
         store.get(f"m{i}", "cost")
     assert store.get("m0", "cost") is first  # used again: now the most recent
     store.get("m3", "cost")  # evicts m1, the least recently used
-    assert store.keys() == [("m2", "cost"), ("m0", "cost"), ("m3", "cost")]
+    assert store.keys() == [("m2", None, "cost"), ("m0", None, "cost"), ("m3", None, "cost")]
     for i in range(1000):
         store.get(f"random-{i}", "target")
     assert len(store) == 3

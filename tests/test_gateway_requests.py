@@ -88,6 +88,10 @@ def error_of(response: httpx.Response, status: int) -> dict:
         ({"X-Pandora-Mode": "fixed", "X-Pandora-Cost": "0.1"}, None, "X-Pandora-Mode"),
         ({"X-Pandora-Mode": "x" * 500}, None, "X-Pandora-Mode"),
         (None, {"colour": "blue"}, "pandora.colour"),
+        ({"X-Pandora-Task": "code review"}, None, "X-Pandora-Task"),
+        ({"X-Pandora-Task": ""}, None, "X-Pandora-Task"),
+        (None, {"task": 7}, "pandora.task"),
+        (None, {"task": "x" * 65}, "pandora.task"),
     ],
 )
 def test_invalid_control_is_a_400_naming_the_field(server, quiet_upstream, headers, pandora, param):

@@ -34,6 +34,7 @@ CONTROL_HEADERS = (
     "X-Pandora-Max-Samples",
     "X-Pandora-Min-Samples",
     "X-Pandora-Parallelism",
+    "X-Pandora-Task",
     "X-Request-Id",
 )
 HTTP = httpx.Client(timeout=20.0, verify=False)
@@ -278,6 +279,9 @@ def test_paired_surrogates_and_deep_but_sane_nesting_still_work(gateway):
         ("X-Pandora-Min-Samples", "1 2"),
         ("X-Pandora-Parallelism", "1" * 64),
         ("X-Pandora-Parallelism", "1e308"),
+        ("X-Pandora-Task", "../../etc/passwd"),
+        ("X-Pandora-Task", "a b"),
+        ("X-Pandora-Task", "t" * 65),
     ],
     ids=lambda v: repr(v)[:30],
 )

@@ -162,3 +162,62 @@ def test_cli_deployment_switch_matches_the_engine_for_a_policy_that_learns_nothi
     assert main(["replay", str(pool), *args, "--out", str(tmp_path / "c")]) == 0
     c = json.loads((tmp_path / "c" / "results.json").read_text())
     assert c["savings_warm"][0]["achieved_acceptance"] is not None
+
+
+def test_task_labels_give_each_task_its_own_prior_and_warm_count():
+    """As the gateway's X-Pandora-Task: one prior per label per deployment, a prompt learns from
+    and teaches only its own label's prior, and "warm" counts that prior's updates."""
+    rewards = _rewards(prompts=6)
+    tasks = ["a", "b", "a", "b", "b", "a"]
+    made: list[tuple[int, SpyPrior]] = []
+    handed: list[SpyPrior] = []
+
+    def new_prior():
+        made.append((len(handed), SpyPrior()))
+        return made[-1][1]
+
+    def make(prior):
+        handed.append(prior)
+        return TargetAcceptance(0.7, min_samples=3)
+
+    run = replay_deployment(rewards, make, new_prior, orderings=3, seed=5, tasks=tasks)
+    assert len(made) == 6  # two tasks x three deployments
+    for o in range(3):
+        served = handed[o * 6 : (o + 1) * 6]
+        by_task: dict[str, SpyPrior] = {}
+        for pos in range(6):
+            task = tasks[run.prompt[o, pos]]
+            assert by_task.setdefault(task, served[pos]) is served[pos]
+        assert by_task["a"] is not by_task["b"]
+        assert len(by_task["a"].seen) == 3 and len(by_task["b"].seen) == 3
+        counted: dict[str, int] = {}
+        for pos in range(6):
+            task = tasks[run.prompt[o, pos]]
+            assert run.learned_before[o, pos] == counted.get(task, 0)
+            counted[task] = counted.get(task, 0) + int(run.updates[o, pos])
+    np.testing.assert_array_equal(run.warm(1), run.learned_before >= 1)
+    # one label for every prompt is the untasked replay, stream for stream
+    one = replay_deployment(rewards, make, SpyPrior, orderings=3, seed=5, tasks=["x"] * 6)
+    none = replay_deployment(rewards, make, SpyPrior, orderings=3, seed=5)
+    np.testing.assert_array_equal(one.kept, none.kept)
+    np.testing.assert_array_equal(one.learned_before, none.learned_before)
+    with pytest.raises(ValueError, match="labels"):
+        replay_deployment(rewards, make, SpyPrior, orderings=1, seed=0, tasks=["a"])
+
+
+def test_cli_task_key_reads_the_labels_and_keys_the_priors(tmp_path):
+    from server.cli import main
+
+    pool = tmp_path / "p.npz"
+    synth = ["synth", str(pool), "--family", "mixed", "--prompts", "10", "--samples", "60"]
+    assert main(synth) == 0
+    common = ["--experiment", "profit", "--costs", "0.01", "--permutations", "3", "--quiet"]
+    common += ["--no-figures", "--policy", "shape-cost", "--deployment"]
+    out = tmp_path / "a"
+    assert main(["replay", str(pool), *common, "--task-key", "family", "--out", str(out)]) == 0
+    meta = json.loads((out / "results.json").read_text())["meta"]
+    families = set(np.load(pool)["family"].tolist())
+    assert meta["task_key"] == "family" and meta["tasks"] == len(families)
+    # a missing label array, or a task key without --deployment, is a clear error
+    assert main(["replay", str(pool), *common, "--task-key", "colour", "--out", str(out)]) == 2
+    assert main(["replay", str(pool), *common[:-1], "--task-key", "family", "--out", str(out)]) == 2

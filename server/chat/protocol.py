@@ -50,6 +50,9 @@ class PandoraOptions(BaseModel):
     max_samples: int | None = None
     min_samples: int | None = None
     parallelism: int | None = None
+    task: str | None = Field(
+        None, description="kind of prompt: keys the learned deployment prior with the model"
+    )
 
 
 class ChatCompletionRequest(OpenAIBaseModel):

@@ -155,6 +155,13 @@ def _register_replay(subparsers) -> None:
         help="with --deployment: also report the experiments on the prompts served after the "
         "prior had learned from this many requests",
     )
+    p.add_argument(
+        "--task-key",
+        metavar="ARRAY",
+        help="with --deployment: one prior per task, the task of each prompt read from this 1-D "
+        "array of the .npz (e.g. 'family', which pandora synth records), as the gateway's "
+        "X-Pandora-Task keys its priors",
+    )
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     p.set_defaults(func=run_replay_command)
@@ -236,10 +243,14 @@ def run_replay_command(args: argparse.Namespace) -> int:
 
     try:
         request = ReplayRequest.from_args(args)
+        if args.task_key is not None and not args.deployment:
+            raise ValueError("--task-key keys the deployment priors; it needs --deployment")
         if args.deployment:
             from stoppers.replay.deployment_run import run_deployment_request
 
-            results, written = run_deployment_request(request, warm_after=args.warm_after)
+            results, written = run_deployment_request(
+                request, warm_after=args.warm_after, task_key=args.task_key
+            )
         else:
             results, written = replay(request)
     except ReplayInputError as exc:

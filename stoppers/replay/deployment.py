@@ -19,7 +19,7 @@ existing :mod:`~stoppers.replay.baselines`. The experiments' math is the existin
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +52,7 @@ class DeploymentReplay:
     kept: np.ndarray  # (orderings, prompts) float: best reward returned
     reason: np.ndarray  # (orderings, prompts) str: stop reason ("budget" past the pool)
     updates: np.ndarray  # (orderings, prompts) bool: prior.update returned True
+    learned_before: np.ndarray  # (orderings, prompts) int: updates its prior had counted before
     seed: int
     max_samples: int | None
 
@@ -78,9 +79,9 @@ class DeploymentReplay:
         )
 
     def warm(self, after: int) -> np.ndarray:
-        """(orderings, prompts) bool mask: positions served after ``after`` counted updates."""
-        counted = np.cumsum(self.updates, axis=1) - self.updates  # updates before this one
-        return counted >= after
+        """(orderings, prompts) bool mask: positions served after their prior had counted
+        ``after`` updates (with task keys, the prior of that position's task)."""
+        return self.learned_before >= after
 
 
 def _pools(rewards: np.ndarray) -> list[np.ndarray]:
@@ -101,6 +102,7 @@ def replay_deployment(
     orderings: int,
     seed: int,
     max_samples: int | None = None,
+    tasks: Sequence[str] | None = None,
 ) -> DeploymentReplay:
     """Serve every prompt of ``rewards`` (NaN = missing) once per simulated deployment.
 
@@ -108,11 +110,18 @@ def replay_deployment(
     streams row ``o`` of that prompt's seeded orderings, cut at ``min(pool, max_samples)``.
     The policy may stop earlier; if it has not stopped when the stream ends, the stop reason is
     ``"budget"``. ``new_prior=None`` runs without a prior (``make_policy(None)``).
+
+    ``tasks`` (one label per prompt) keys the priors as the gateway's ``X-Pandora-Task`` does:
+    each deployment keeps one prior per label, created when its first prompt is served, and a
+    prompt learns from and teaches only its own label's prior.
     """
     if orderings < 1:
         raise ValueError("orderings must be >= 1")
     pools = _pools(rewards)
     count = len(pools)
+    labels = [""] * count if tasks is None else [str(t) for t in tasks]
+    if len(labels) != count:
+        raise ValueError(f"tasks has {len(labels)} labels for {count} prompts")
     streams = []
     for i, pool in enumerate(pools):
         budget = pool.size if max_samples is None else min(pool.size, int(max_samples))
@@ -124,10 +133,16 @@ def replay_deployment(
     kept = np.empty(shape)
     reason = np.empty(shape, dtype=object)
     updates = np.zeros(shape, dtype=bool)
+    learned_before = np.zeros(shape, dtype=np.int64)
     for o in range(orderings):
         order = np.random.default_rng([int(seed), o, 1]).permutation(count)
-        prior = new_prior() if new_prior is not None else None
+        priors: dict[str, DeploymentPrior] = {}
+        counted: dict[str, int] = {}
         for pos, i in enumerate(order):
+            task = labels[i]
+            if new_prior is not None and task not in priors:
+                priors[task] = new_prior()
+            prior = priors.get(task)
             policy = make_policy(prior)
             seen: list[float] = []
             for value in streams[i][o].tolist():
@@ -138,14 +153,17 @@ def replay_deployment(
             samples[o, pos] = policy.n
             kept[o, pos] = policy.best
             reason[o, pos] = policy.stop_reason or "budget"
+            learned_before[o, pos] = counted.get(task, 0)
             if prior is not None:
                 updates[o, pos] = bool(prior.update(seen))
+                counted[task] = counted.get(task, 0) + int(updates[o, pos])
     return DeploymentReplay(
         prompt=prompt,
         samples=samples,
         kept=kept,
         reason=reason.astype(str),
         updates=updates,
+        learned_before=learned_before,
         seed=int(seed),
         max_samples=max_samples,
     )

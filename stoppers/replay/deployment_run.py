@@ -17,7 +17,7 @@ import numpy as np
 
 from stoppers.replay.deployment import deployment_summaries, replay_deployment
 from stoppers.replay.experiments import profit_rows, savings_rows
-from stoppers.replay.loaders import ReplayInputError, load_rewards
+from stoppers.replay.loaders import ReplayInputError, load_rewards, load_task_labels
 from stoppers.replay.policies import resolve_policy
 from stoppers.replay.results import write_results
 
@@ -36,11 +36,15 @@ def _maker(name: str, value: float, config: Any, budget: int):
     return make, new_prior
 
 
-def run_deployment_request(request: Any, *, warm_after: int = 0) -> tuple[dict, list[Path]]:
+def run_deployment_request(
+    request: Any, *, warm_after: int = 0, task_key: str | None = None
+) -> tuple[dict, list[Path]]:
     """Run a :class:`~stoppers.replay.run.ReplayRequest` sequentially; write results.json.
 
     ``warm_after`` > 0 adds ``savings_warm`` / ``profit_warm``: the same experiments on the
-    positions served after the prior had counted that many requests.
+    positions served after the prior had counted that many requests. ``task_key`` names the
+    file's per-prompt label array that keys the priors (one per label per deployment, as the
+    gateway's ``X-Pandora-Task`` does); "warm" then counts the prompt's own task's prior.
     """
     started = time.perf_counter()
     if "winrate" in request.experiments and len(request.experiments) == 1:
@@ -58,6 +62,13 @@ def run_deployment_request(request: Any, *, warm_after: int = 0) -> tuple[dict, 
             f"{pool.max_samples} samples per prompt in the file"
         )
     budget = config.max_samples or pool.max_samples
+    tasks = None
+    if task_key is not None:
+        tasks = load_task_labels(request.file, task_key)[: pool.prompts]
+        if len(tasks) != pool.prompts:
+            raise ReplayInputError(
+                f"{request.file}[{task_key}]: {len(tasks)} task labels for {pool.prompts} prompts"
+            )
 
     def run(name: str, values: tuple[float, ...]) -> dict:
         out = {}
@@ -70,6 +81,7 @@ def run_deployment_request(request: Any, *, warm_after: int = 0) -> tuple[dict, 
                 orderings=config.permutations,
                 seed=config.seed,
                 max_samples=config.max_samples,
+                tasks=tasks,
             )
         return out
 
@@ -91,6 +103,8 @@ def run_deployment_request(request: Any, *, warm_after: int = 0) -> tuple[dict, 
             "seconds": 0.0,
             "engine": "deployment",
             "warm_after": warm_after,
+            "task_key": task_key,
+            "tasks": None if tasks is None else len(set(tasks)),
         },
         "profit": [],
         "winrate": [],

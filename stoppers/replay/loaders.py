@@ -109,6 +109,28 @@ def load_rewards(
     raise ReplayInputError(f"{file}: unknown file type {suffix!r} (expected .npz, .npy or .jsonl)")
 
 
+def load_task_labels(path: str | Path, name: str) -> list[str]:
+    """One task label per prompt: the 1-D array ``name`` of an ``.npz`` (e.g. the ``family``
+    that ``pandora synth`` records), for replays whose priors are keyed by task."""
+    file = Path(path)
+    if file.suffix.lower() != ".npz":
+        raise ReplayInputError(f"{file}: task labels are read from a .npz, not a {file.suffix!r}")
+    archive = _np_load(file)
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ReplayInputError(f"{file}: holds one array, no task labels named {name!r}")
+    with archive:
+        if name not in archive.files:
+            raise ReplayInputError(
+                f"{file}: no array named {name!r} (available: {', '.join(archive.files)})"
+            )
+        labels = archive[name]
+    if labels.ndim != 1:
+        raise ReplayInputError(
+            f"{file}[{name}]: task labels must be 1-D (one per prompt), got shape {labels.shape}"
+        )
+    return [str(v) for v in labels.tolist()]
+
+
 def _np_load(file: Path):
     try:
         return np.load(file, allow_pickle=False)

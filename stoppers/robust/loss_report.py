@@ -19,6 +19,9 @@ prompts, averaged over the deployments), so a group's share of the whole gap rea
 each group also gets its own profit ratio to the best fixed N on the same requests, which is
 what says whether a 24-prompt deployment's shortfall is its first requests' (nothing learned)
 or the learned rule's.
+
+``--task-key ARRAY`` keys the priors by a per-prompt label of the file (e.g. ``family``), as
+the gateway's ``X-Pandora-Task`` does, and ``--by task`` groups the requests by that label.
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ from stoppers.deployment import DeploymentPrior
 from stoppers.faircap import acceptance_rate
 from stoppers.replay.baselines import fixed_best, oracle_outcome
 from stoppers.replay.deployment import deployment_batch, replay_deployment
+from stoppers.replay.loaders import load_task_labels
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.shape_cost import ShapePandora
 
 __all__ = ["LossBreakdown", "ReasonLoss", "decision_path", "loss_breakdown", "main"]
 
 POLICIES = ("default", "tail")
-GROUPINGS = ("reason", "path")
+GROUPINGS = ("reason", "path", "task")
 
 
 @dataclass(frozen=True)
@@ -110,12 +114,17 @@ def loss_breakdown(
     max_samples: int | None = None,
     alpha: float = 0.99,
     by: str = "reason",
+    tasks: list[str] | None = None,
+    keyed: bool = True,
 ) -> LossBreakdown:
     """Replay ``orderings`` deployments of ``policy`` on ``rewards`` (prompts x samples, NaN =
-    missing) at ``cost`` and split its profit gap by stop reason, or with ``by="path"`` by
-    :func:`decision_path` (see the module docstring)."""
+    missing) at ``cost`` and split its profit gap by stop reason, with ``by="path"`` by
+    :func:`decision_path`, or with ``by="task"`` by the prompts' ``tasks`` labels (see the
+    module docstring). ``tasks`` keys the priors by label unless ``keyed`` is false."""
     if by not in GROUPINGS:
         raise ValueError(f"by must be one of {GROUPINGS}, got {by!r}")
+    if by == "task" and tasks is None:
+        raise ValueError("by='task' needs the prompts' task labels")
     width = np.asarray(rewards).shape[1]  # the policies' budget: the pool, or max_samples
     budget = width if max_samples is None else min(int(max_samples), width)
     make_policy, new_prior = _policy_maker(policy, cost, budget)
@@ -132,6 +141,7 @@ def loss_breakdown(
         orderings=orderings,
         seed=seed,
         max_samples=max_samples,
+        tasks=tasks if keyed else None,
     )
     batch = deployment_batch(
         rewards, orderings=orderings, seed=seed, alpha=alpha, max_samples=max_samples
@@ -153,6 +163,9 @@ def loss_breakdown(
     if by == "path":
         paths = np.array([decision_path(p) for p in served], dtype=object)
         group = replay.per_prompt(paths.reshape(replay.prompt.shape)).reshape(-1)
+    elif by == "task":
+        assert tasks is not None
+        group = np.repeat(np.asarray(tasks, dtype=object), orderings)
     else:
         group = replay.per_prompt(replay.reason).reshape(-1)
     per_deployment = 1.0 / orderings
@@ -217,14 +230,28 @@ def main(argv: list[str] | None = None) -> int:
         "--by",
         choices=GROUPINGS,
         default="reason",
-        help="group requests by stop reason or by what decided them (cold start, likelihood "
-        "path, learned shape)",
+        help="group requests by stop reason, by what decided them (cold start, likelihood "
+        "path, learned shape) or by their --task-key label",
+    )
+    parser.add_argument(
+        "--task-key",
+        metavar="ARRAY",
+        help="the file's per-prompt label array (e.g. family): one prior per label",
+    )
+    parser.add_argument(
+        "--shared-prior",
+        action="store_true",
+        help="with --task-key: one prior for the whole deployment (the labels only group)",
     )
     args = parser.parse_args(argv)
+    if args.by == "task" and args.task_key is None:
+        parser.error("--by task needs --task-key")
     with np.load(args.file) as data:
         rewards = np.asarray(data["rewards"], dtype=np.float64)
+    tasks = load_task_labels(args.file, args.task_key) if args.task_key else None
     if args.prompts is not None:
         rewards = rewards[: args.prompts]
+        tasks = None if tasks is None else tasks[: args.prompts]
     for cost in args.cost:
         b = loss_breakdown(
             rewards,
@@ -234,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             max_samples=args.max_samples,
             by=args.by,
+            tasks=tasks,
+            keyed=not args.shared_prior,
         )
         print(render(b, args.by))
     return 0
