@@ -105,3 +105,25 @@ def test_cli_prints_one_block_per_cost(tmp_path, pool, capsys):
     out = capsys.readouterr().out
     assert out.count("profit per request") == 2
     assert "loss per deployment by stop reason" in out
+
+
+def test_task_labels_group_the_gap_key_the_priors_and_tighten_the_baseline(pool, breakdown):
+    """``by="task"`` partitions the same requests by label; the per-task best fixed N earns at
+    least the pooled one (it may pick the pooled N for every task); one label for every prompt
+    is the untasked replay (keying itself: test_replay_deployment)."""
+    tasks = ["x", "y", "x", "y", "x", "y"]
+    shared = loss_breakdown(
+        pool, COST, orderings=ORDERINGS, seed=1, by="task", tasks=tasks, keyed=False
+    )
+    assert shared.profit == pytest.approx(breakdown.profit, rel=1e-12)  # one prior, as untasked
+    assert sorted(r.reason for r in shared.reasons) == ["x", "y"]
+    assert all(r.requests == 3 * ORDERINGS for r in shared.reasons)
+    assert shared.task_fixed_profit >= shared.fixed_profit - 1e-12
+    keyed = loss_breakdown(pool, COST, orderings=ORDERINGS, seed=1, by="task", tasks=tasks)
+    assert keyed.fixed_profit == shared.fixed_profit  # same streams, same baseline
+    assert sum(r.requests for r in keyed.reasons) == 6 * ORDERINGS
+    one = loss_breakdown(pool, COST, orderings=ORDERINGS, seed=1, tasks=["z"] * 6)
+    assert one.profit == pytest.approx(breakdown.profit, rel=1e-12)
+    assert one.task_fixed_profit == pytest.approx(one.fixed_profit, rel=1e-12)
+    with pytest.raises(ValueError, match="task"):
+        loss_breakdown(pool, COST, orderings=1, by="task")

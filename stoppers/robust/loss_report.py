@@ -75,6 +75,9 @@ class LossBreakdown:
     samples: float
     oracle_samples: float
     reasons: tuple[ReasonLoss, ...]
+    # with task labels: the mean profit of the best fixed N chosen per task in hindsight (a
+    # user who knows the tasks could tune N per task: the stricter baseline)
+    task_fixed_profit: float | None = None
 
 
 def _policy_maker(
@@ -156,6 +159,14 @@ def loss_breakdown(
     best_n = int(np.argmax(fixed.mean(axis=0))) + 1
     fixed_profit = fixed[:, best_n - 1]
 
+    task_fixed_profit = None
+    if tasks is not None:
+        labels = np.repeat(np.asarray(tasks, dtype=object), orderings)
+        task_fixed_profit = float(
+            sum(fixed[labels == t].mean(axis=0).max() * np.sum(labels == t) for t in set(tasks))
+            / labels.size
+        )
+
     oracle = oracle_outcome(batch, cost, prefix)
     oracle_ar = acceptance_rate(oracle.best, batch.kappa)
     oracle_profit = oracle_ar - cost * oracle.n
@@ -195,6 +206,7 @@ def loss_breakdown(
         samples=float(outcome.n.mean()),
         oracle_samples=float(oracle.n.mean()),
         reasons=tuple(reasons),
+        task_fixed_profit=task_fixed_profit,
     )
 
 
@@ -202,7 +214,13 @@ def render(b: LossBreakdown, by: str = "reason") -> str:
     lines = [
         f"c = {b.cost:g}: profit per request {b.profit:.4f} = {b.profit / b.fixed_profit:.4f} x "
         f"best fixed N ({b.best_fixed_n}: {b.fixed_profit:.4f}), {b.profit / b.oracle_profit:.4f} "
-        f"x oracle ({b.oracle_profit:.4f}); samples {b.samples:.1f}, oracle {b.oracle_samples:.1f}",
+        f"x oracle ({b.oracle_profit:.4f}); samples {b.samples:.1f}, oracle {b.oracle_samples:.1f}"
+        + (
+            ""
+            if b.task_fixed_profit is None
+            else f"; {b.profit / b.task_fixed_profit:.4f} x the best fixed N per task "
+            f"({b.task_fixed_profit:.4f})"
+        ),
         f"loss per deployment by {'decision path' if by == 'path' else 'stop reason'} "
         "(vs oracle = sampling + acceptance; profit / the best fixed N's on those requests):",
     ]
