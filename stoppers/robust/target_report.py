@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from stoppers.replay.loaders import load_task_labels
 from stoppers.robust.shape_prior import (
     S_BINS,
     Z_BINS,
@@ -169,8 +170,11 @@ def run_one(
     max_samples: int | None = None,
     min_samples: int | None = None,
     targets: tuple[float, ...] = TARGETS,
+    tasks: list[str] | None = None,
 ) -> dict:
-    """Savings rows per target (all prompts; for ``pooled`` also warm / cold positions)."""
+    """Savings rows per target (all prompts; for ``pooled`` also warm / cold positions).
+    ``tasks`` (one label per prompt) gives each label its own prior, as ``X-Pandora-Task``
+    does; "warm" then counts the prompt's own task's prior."""
     from stoppers.replay.deployment import deployment_summaries, replay_deployment
     from stoppers.replay.experiments import savings_rows
     from stoppers.robust.pooled_target import COLD_START
@@ -182,7 +186,13 @@ def run_one(
     for target in targets:
         make, new_prior = _maker(policy, target, budget, min_samples, rewards)
         run = replay_deployment(
-            rewards, make, new_prior, orderings=orderings, seed=seed, max_samples=max_samples
+            rewards,
+            make,
+            new_prior,
+            orderings=orderings,
+            seed=seed,
+            max_samples=max_samples,
+            tasks=tasks,
         )
         masks = {"all": None}
         if policy in POOLED:
@@ -409,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         "--min-samples", type=int, help="the policies' sample floor (default: each one's own)"
     )
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--task-key", metavar="ARRAY", help="the file's per-prompt labels: one prior per label"
+    )
     run.add_argument("--out", default="target-report")
     table = sub.add_parser("table", help="print the markdown table from the JSON files")
     table.add_argument("--out", default="target-report")
@@ -444,8 +457,10 @@ def main(argv: list[str] | None = None) -> int:
             write_figure(Path(args.out), args.pools, Path(args.figure))
         return 0
     rewards = np.load(args.file)["rewards"]
+    tasks = load_task_labels(args.file, args.task_key) if args.task_key else None
     if args.prompts:
         rewards = rewards[: args.prompts]
+        tasks = None if tasks is None else tasks[: args.prompts]
     started = time.time()
     rows = run_one(
         rewards,
@@ -454,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         max_samples=args.max_samples,
         min_samples=args.min_samples,
+        tasks=tasks,
     )
     result = {
         "family": args.name,
@@ -461,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         "orderings": args.orderings,
         "policy": args.policy,
         "min_samples": args.min_samples,
+        "task_key": args.task_key,
         "rows": rows,
         "seconds": time.time() - started,
     }
