@@ -39,7 +39,6 @@ __all__ = ["create_app", "upstream_http_clients"]
 
 
 POOL_SHARDS = 16  # see UpstreamClient: many small connection pools instead of one large one
-PRIOR_MODELS = 64  # learned priors kept (LRU over model names as requests spell them)
 
 
 def _reward_identity(settings: Settings, reward: RewardBackend | None) -> str:
@@ -104,7 +103,7 @@ def create_app(
     metrics = GatewayMetrics(registry, max_samples=settings.max_samples)
     priors = (
         PriorStore(
-            max_models=PRIOR_MODELS,
+            max_models=settings.max_priors,
             path=settings.prior_state_file,
             registry=registry,
             target_scale_shrink=settings.target_scale_shrink,

@@ -96,6 +96,13 @@ class Settings(BaseSettings):
         description="learn each model's reward-tail prior from finished requests and give it to "
         "new adaptive/target requests",
     )
+    max_priors: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="learned priors kept, one per (model, task, mode); least recently used "
+        "dropped first",
+    )
     target_scale_shrink: float = Field(
         1.0,
         ge=0.0,

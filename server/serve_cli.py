@@ -67,6 +67,11 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "learn each model's reward-tail prior across requests (default on)",
     ),
     (
+        "max_priors",
+        "value",
+        "learned priors kept, one per (model, X-Pandora-Task, mode), LRU (default 64)",
+    ),
+    (
         "target_scale_shrink",
         "value",
         "target mode, 0-1: weight of the learned reward spreads against a request's own "

@@ -241,13 +241,18 @@ def test_store_is_a_bounded_lru():
     assert len(store) == 3
 
 
-def test_gateway_bounds_the_models_it_remembers(gateway_factory, monkeypatch):
-    monkeypatch.setattr("server.app.PRIOR_MODELS", 4)
-    server = gateway_factory(max_samples=1)
+def test_gateway_bounds_the_priors_it_remembers(gateway_factory):
+    """Random model names or tasks cannot grow memory past --max-priors."""
+    server = gateway_factory(max_samples=1, max_priors=4)
     with httpx.Client(base_url=server.url, timeout=10) as client:
-        for i in range(10):
+        for i in range(6):
             assert client.post(URL, json=body(f"random-{i}")).status_code == 200
+        for i in range(6):
+            headers = {"X-Pandora-Task": f"task-{i}"}
+            assert client.post(URL, json=body("m"), headers=headers).status_code == 200
     assert server.metric("pandora_prior_models") == 4
+    keys = server.server.config.app.state.priors.keys()
+    assert keys == [("m", f"task-{i}", "cost") for i in range(2, 6)]
 
 
 def _serve_learning(upstream: FakeUpstream, state: Any, requests: int) -> dict[str, Any]:
