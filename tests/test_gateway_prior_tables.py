@@ -173,7 +173,7 @@ def test_many_client_keys_stay_bounded_and_shutdown_ends_the_build_thread(
             assert server.metric("pandora_prior_table_builds_pending") == 8  # the queue bound
             assert server.metric("pandora_prior_table_builds_dropped_total") == 40 - 8
             assert server.metric("pandora_prior_table_builds_total") == 0
-            prior = server.server.config.app.state.priors._priors[("m", "target")]
+            prior = server.server.config.app.state.priors._priors[("m", None, "target")]
             assert prior.schedule_build is not None and len(prior._tables) == 0
         # shut down with one build running and 7 queued: shutdown waits for the running one
         # (released 0.3 s later) and drops the queue

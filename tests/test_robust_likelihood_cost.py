@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,10 +21,15 @@ from stoppers.robust.likelihood_cost import (
     tied_fraction,
 )
 from stoppers.robust.shape_cost import (
+    EARLY_MAX_DISPERSION,
+    EARLY_REQUESTS,
     LIKELIHOOD_KEY,
     LIKELIHOOD_MIN_REQUESTS,
+    MAX_DISPERSION,
     CostShapePrior,
     ShapePandora,
+    _shapes_differ,
+    dispersion_limit,
 )
 
 
@@ -298,3 +304,24 @@ def test_with_a_build_hook_the_fit_is_asked_for_and_never_made_in_place():
 
 def test_shape_geometry():
     assert CENTRES.size == EDGES.size - 1 and np.allclose(np.diff(CENTRES), 0.05)
+
+
+def test_the_shared_shape_bar_is_stricter_while_the_tests_are_noisy():
+    """A dispersion between the early bar (1.3) and the later one (1.6) counts as differing
+    shapes for the first 50 learned requests and as a shared shape after them."""
+    assert dispersion_limit(0) == dispersion_limit(EARLY_REQUESTS - 1) == EARLY_MAX_DISPERSION
+    assert dispersion_limit(EARLY_REQUESTS) == MAX_DISPERSION > EARLY_MAX_DISPERSION
+    between = (EARLY_MAX_DISPERSION + MAX_DISPERSION) / 2
+    for tail, whole in ((between, None), (None, between), (1.0, between), (between, 1.0)):
+        for requests, differ in ((EARLY_REQUESTS - 1, True), (EARLY_REQUESTS, False)):
+            # the two statistics CostShapePrior keeps, as the gate reads them
+            tests = SimpleNamespace(
+                shape_requests=requests, dispersion=tail, shape_dispersion=whole
+            )
+            assert _shapes_differ(tests) is differ, (tail, whole, requests)
+    no_counts = SimpleNamespace(shape_requests=3, dispersion=None, shape_dispersion=None)
+    assert not _shapes_differ(no_counts)  # a test without counts has found nothing
+    too_far = SimpleNamespace(
+        shape_requests=500, dispersion=MAX_DISPERSION + 0.1, shape_dispersion=1
+    )
+    assert _shapes_differ(too_far)
