@@ -103,6 +103,19 @@ def test_stream_without_include_usage_has_no_usage_chunk(client):
     chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
     assert all(c.choices for c in chunks)
     assert chunks[-1].model_extra["pandora"]["stop_reason"] == "budget"
+    assert chunks[-1].model_extra["pandora"]["task"] is None
+
+
+def test_the_task_is_echoed_in_the_pandora_object_streamed_or_not(client):
+    task = {"pandora": {"task": "code:python"}}
+    chunks = list(
+        client.chat.completions.create(model="m", messages=MESSAGES, stream=True, extra_body=task)
+    )
+    assert chunks[-1].model_extra["pandora"]["task"] == "code:python"
+    completion = client.chat.completions.create(
+        model="m", messages=MESSAGES, extra_headers={"X-Pandora-Task": "chat"}
+    )
+    assert completion.model_extra["pandora"]["task"] == "chat"
 
 
 def test_extra_headers_and_extra_body_control_sampling(client, fake_upstream):

@@ -118,9 +118,12 @@ def test_a_task_keys_its_own_prior(gateway_factory, recording_priors):
         (body("a"), {}),
         (body("a", pandora={"mode": "fixed", "task": "code"}), {}),
     )
+    echoed = []
     for request, headers in requests:
         response = httpx.post(server.url + URL, json=request, headers=headers, timeout=10)
         assert response.status_code == 200
+        echoed.append(response.json()["pandora"]["task"])
+    assert echoed == [None, "code", "code", "maths", "code", None, "code"]
     p = [prior for prior, _ in recorder.calls]
     assert p[1] is p[2] and p[0] is p[5]  # the same task shares, so does no task
     assert len({id(x) for x in p[:5]}) == 4  # untasked, code, maths, and model b's code

@@ -80,9 +80,10 @@ def candidate_body(raw: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def pandora_metadata(outcome: SamplingOutcome, mode: str) -> dict[str, Any]:
+def pandora_metadata(outcome: SamplingOutcome, mode: str, task: str | None) -> dict[str, Any]:
     return {
         "mode": mode,
+        "task": task,
         "samples": len(outcome.scored),
         "stop_reason": outcome.stop_reason,
         "rewards": outcome.rewards,
@@ -103,7 +104,7 @@ def _usage(outcome: SamplingOutcome) -> dict[str, int]:
 
 
 def completion_body(
-    outcome: SamplingOutcome, *, completion_id: str, model: str, mode: str
+    outcome: SamplingOutcome, *, completion_id: str, model: str, mode: str, task: str | None = None
 ) -> dict[str, Any]:
     choices = []
     for rank, position in enumerate(outcome.chosen):
@@ -123,7 +124,7 @@ def completion_body(
         "model": outcome.best.model or model,
         "choices": choices,
         "usage": _usage(outcome),
-        "pandora": pandora_metadata(outcome, mode),
+        "pandora": pandora_metadata(outcome, mode, task),
     }
 
 
@@ -134,6 +135,7 @@ def completion_chunks(
     model: str,
     mode: str,
     include_usage: bool,
+    task: str | None = None,
 ) -> list[dict[str, Any]]:
     """The chosen candidates replayed as ``chat.completion.chunk``s, as the upstream sent them."""
     created = int(time.time())
@@ -172,7 +174,7 @@ def completion_chunks(
                     ],
                 }
             )
-    chunks[-1]["pandora"] = pandora_metadata(outcome, mode)
+    chunks[-1]["pandora"] = pandora_metadata(outcome, mode, task)
     if include_usage:
         chunks.append({**base, "choices": [], "usage": _usage(outcome)})
     return chunks

@@ -203,7 +203,11 @@ async def handle_chat(state: GatewayState, scope: Scope, receive: Receive) -> Re
         outcome = await _until_disconnect(receive, _run_sampler(state, data, chat, plan))
         _record_outcome(state, plan, outcome)
         body = completion_body(
-            outcome, completion_id=_completion_id(), model=chat.model, mode=plan.mode
+            outcome,
+            completion_id=_completion_id(),
+            model=chat.model,
+            mode=plan.mode,
+            task=plan.task,
         )
         record.finish(200)
         return JSONResponse(body, headers={**headers, **_outcome_headers(outcome)})
@@ -364,6 +368,7 @@ async def _sample_streaming(
                 model=chat.model,
                 mode=plan.mode,
                 include_usage=chat.include_usage,
+                task=plan.task,
             ):
                 yield sse_data(chunk)
             yield DONE
