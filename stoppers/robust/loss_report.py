@@ -46,6 +46,7 @@ __all__ = ["LossBreakdown", "ReasonLoss", "decision_path", "loss_breakdown", "ma
 
 POLICIES = ("default", "tail")
 GROUPINGS = ("reason", "path", "task")
+GROUP_NAMES = {"reason": "stop reason", "path": "decision path", "task": "task"}
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,8 @@ def loss_breakdown(
     fixed_profit = fixed[:, best_n - 1]
 
     task_fixed_profit = None
-    if tasks is not None:
-        labels = np.repeat(np.asarray(tasks, dtype=object), orderings)
+    labels = None if tasks is None else np.repeat(np.asarray(tasks, dtype=object), orderings)
+    if labels is not None:  # rows in batch layout, as ``fixed``
         task_fixed_profit = float(
             sum(fixed[labels == t].mean(axis=0).max() * np.sum(labels == t) for t in set(tasks))
             / labels.size
@@ -175,8 +176,8 @@ def loss_breakdown(
         paths = np.array([decision_path(p) for p in served], dtype=object)
         group = replay.per_prompt(paths.reshape(replay.prompt.shape)).reshape(-1)
     elif by == "task":
-        assert tasks is not None
-        group = np.repeat(np.asarray(tasks, dtype=object), orderings)
+        assert labels is not None
+        group = labels
     else:
         group = replay.per_prompt(replay.reason).reshape(-1)
     per_deployment = 1.0 / orderings
@@ -221,7 +222,7 @@ def render(b: LossBreakdown, by: str = "reason") -> str:
             else f"; {b.profit / b.task_fixed_profit:.4f} x the best fixed N per task "
             f"({b.task_fixed_profit:.4f})"
         ),
-        f"loss per deployment by {'decision path' if by == 'path' else 'stop reason'} "
+        f"loss per deployment by {GROUP_NAMES[by]} "
         "(vs oracle = sampling + acceptance; profit / the best fixed N's on those requests):",
     ]
     width = max(10, *(len(r.reason) for r in b.reasons))
