@@ -100,7 +100,9 @@ def create_app(
             "(server.embedded) and inject it as upstream="
         )
     registry = registry if registry is not None else CollectorRegistry()
-    metrics = GatewayMetrics(registry, max_samples=settings.max_samples)
+    metrics = GatewayMetrics(
+        registry, max_samples=settings.max_samples, tasks=tuple(settings.metric_tasks)
+    )
     priors = (
         PriorStore(
             max_models=settings.max_priors,

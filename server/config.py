@@ -7,6 +7,7 @@ the gateway the same way. Validators refuse to start on configuration that canno
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from pathlib import Path
 from typing import Annotated, Literal
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_GENERATOR_MODEL",
     "DEFAULT_REWARD_MODEL",
     "MODES",
+    "TASK_PATTERN",
     "Mode",
     "Settings",
 ]
@@ -29,6 +31,13 @@ MODES: tuple[str, ...] = ("adaptive", "target", "fixed", "off")
 # Small real models for the embedded default (no --upstream-url): both run on a laptop CPU.
 DEFAULT_GENERATOR_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 DEFAULT_REWARD_MODEL = "Skywork/Skywork-Reward-V2-Qwen3-0.6B"
+# A task (X-Pandora-Task) names a kind of prompt (its reward shape): X-Request-Id's characters,
+# 1-64 of them.
+TASK_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+# Per-task metric series: the declared labels plus these two, so a Prometheus series count
+# stays bounded whatever clients send.
+METRIC_TASKS_MAX = 32
+METRIC_TASK_FOLDS = ("other", "none")  # an undeclared task / no task
 
 
 class Settings(BaseSettings):
@@ -110,6 +119,11 @@ class Settings(BaseSettings):
         description="target mode: weight of the model's learned reward spreads against a "
         "request's own (1: saves the most; lower: each prompt closer to its target, less saved)",
     )
+    metric_tasks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="X-Pandora-Task labels with their own series on the per-task metrics "
+        "(repeatable or comma-separated; other tasks count as 'other', none as 'none')",
+    )
     prior_state_file: Path | None = Field(
         None,
         description="JSON file of the learned priors: loaded at start-up if present, saved "
@@ -143,6 +157,30 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
         return value
+
+    @field_validator("metric_tasks", mode="before")
+    @classmethod
+    def _split_tasks(cls, value: object) -> object:
+        items = [value] if isinstance(value, str) else value
+        if isinstance(items, list | tuple):
+            return [t.strip() for item in items for t in str(item).split(",") if t.strip()]
+        return value
+
+    @field_validator("metric_tasks")
+    @classmethod
+    def _task_labels(cls, tasks: list[str]) -> list[str]:
+        for task in tasks:
+            if TASK_PATTERN.fullmatch(task) is None:
+                raise ValueError(
+                    f"a task is 1-64 of the characters A-Z a-z 0-9 . _ : -, got {task!r}"
+                )
+            if task in METRIC_TASK_FOLDS:
+                raise ValueError(f"{task!r} is reserved (requests with another task / none)")
+        if len(set(tasks)) != len(tasks):
+            raise ValueError(f"a task is listed twice: {tasks}")
+        if len(tasks) > METRIC_TASKS_MAX:
+            raise ValueError(f"at most {METRIC_TASKS_MAX} tasks (a series each), got {len(tasks)}")
+        return tasks
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

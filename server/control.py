@@ -8,12 +8,11 @@ adaptive mode, a target acceptance selects target mode. Every invalid value is r
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from server.config import MODES, Settings
+from server.config import MODES, TASK_PATTERN, Settings
 from server.errors import InvalidRequestError
 
 __all__ = ["MAX_PARALLELISM", "SamplingPlan", "resolve_plan"]
@@ -31,8 +30,6 @@ FIELDS = {
     "parallelism": "X-Pandora-Parallelism",
     "task": "X-Pandora-Task",
 }
-# A task names a kind of prompt (its reward shape); X-Request-Id's characters, 1-64 of them.
-TASK_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from server.config import MODES
+from server.config import METRIC_TASK_FOLDS, MODES
 
 __all__ = [
     "CANDIDATE_OUTCOMES",
@@ -64,8 +64,13 @@ def _fixed(value: str, allowed: tuple[str, ...]) -> str:
 class GatewayMetrics:
     """All gateway metrics on one registry, with methods that clamp labels to the fixed sets."""
 
-    def __init__(self, registry: CollectorRegistry, *, max_samples: int) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, *, max_samples: int, tasks: tuple[str, ...] = ()
+    ) -> None:
         self.registry = registry
+        # per-task series: the operator's declared tasks (--metric-tasks), folded otherwise
+        self.declared_tasks = tuple(tasks)
+        self.tasks = (*tasks, *METRIC_TASK_FOLDS)
         self.requests = Counter(
             "pandora_requests_total",
             "Chat completion requests by mode and HTTP status",
@@ -140,6 +145,27 @@ class GatewayMetrics:
         self.inflight_candidates = Gauge(
             "pandora_inflight_candidates", "Upstream generations in flight", registry=registry
         )
+        task_help = (
+            " by X-Pandora-Task (a --metric-tasks label; 'other': another task; 'none': no task)"
+        )
+        self.task_requests = Counter(
+            "pandora_task_requests_total",
+            "Sampled requests finished" + task_help,
+            ["task"],
+            registry=registry,
+        )
+        self.task_generations = Counter(
+            "pandora_task_generations_total",
+            "Generations paid for (scored and cancelled candidates)" + task_help,
+            ["task"],
+            registry=registry,
+        )
+        self.task_samples_saved = Counter(
+            "pandora_task_samples_saved_total",
+            "Generations saved against the fixed baseline N" + task_help,
+            ["task"],
+            registry=registry,
+        )
         self._precreate()
         # Children for every known (mode, status): ``labels()`` costs more than the update
         # itself, and request_finished runs once per request (also in mode off).
@@ -166,6 +192,9 @@ class GatewayMetrics:
             self.stop_reasons.labels(reason=reason)
         for kind in UPSTREAM_ERROR_KINDS:
             self.upstream_errors.labels(kind=kind)
+        for task in self.tasks:
+            for counter in (self.task_requests, self.task_generations, self.task_samples_saved):
+                counter.labels(task=task)
 
     # -- recording helpers (label values clamped to the fixed sets) ---------------------------
     def request_finished(self, mode: str, status: int, seconds: float) -> None:
@@ -178,6 +207,13 @@ class GatewayMetrics:
         code = str(status)
         self.requests.labels(mode=mode, status=code if code in STATUSES else "other").inc()
         self.request_duration.labels(mode=mode).observe(seconds)
+
+    def task_outcome(self, task: str | None, *, generations: int, saved: int) -> None:
+        """One sampled request of ``task`` finished (series per declared task, else folded)."""
+        label = "none" if task is None else _fixed(task, self.declared_tasks)
+        self.task_requests.labels(task=label).inc()
+        self.task_generations.labels(task=label).inc(generations)
+        self.task_samples_saved.labels(task=label).inc(saved)
 
     def candidate(self, outcome: str, count: int = 1) -> None:
         if count:

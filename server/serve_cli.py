@@ -78,6 +78,12 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "(default 1: saves most; 0.25: each prompt closer to its target, less saved)",
     ),
     (
+        "metric_tasks",
+        "append",
+        "X-Pandora-Task labels with their own series on the per-task metrics "
+        "(repeatable or comma-separated; others count as 'other', no task as 'none')",
+    ),
+    (
         "prior_state_file",
         "value",
         "JSON file for the learned priors: loaded at start-up, saved on shutdown and periodically",

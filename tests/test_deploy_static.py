@@ -255,6 +255,8 @@ def _panels_using(pattern: str) -> list[dict]:
         ("in-flight candidates", r"pandora_inflight_candidates"),
         ("reward worker throughput", r"pandora_reward_items_scored_total"),
         ("reward worker batch size", r"pandora_reward_batch_size_bucket"),
+        ("saved share by task", r"sum by \(task\) .*pandora_task_samples_saved_total"),
+        ("generations by task", r"sum by \(task\) .*pandora_task_generations_total"),
     ],
 )
 def test_dashboard_has_every_panel_the_issue_lists(what: str, pattern: str) -> None:

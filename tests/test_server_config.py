@@ -39,6 +39,17 @@ def test_flags_override_environment_which_overrides_defaults(monkeypatch):
     assert settings.embedded and settings.effective_reward_backend == "local"
 
 
+def test_metric_tasks_from_flags_and_environment(monkeypatch):
+    monkeypatch.setenv("PANDORA_METRIC_TASKS", "code, chat")
+    assert load_settings(build_parser().parse_args(["serve"])).metric_tasks == ["code", "chat"]
+    args = build_parser().parse_args(
+        ["serve", "--metric-tasks", "maths", "--metric-tasks", "code,qa:v2"]
+    )
+    assert load_settings(args).metric_tasks == ["maths", "code", "qa:v2"]
+    monkeypatch.delenv("PANDORA_METRIC_TASKS")
+    assert load_settings(build_parser().parse_args(["serve"])).metric_tasks == []
+
+
 def test_derived_defaults():
     settings = Settings(upstream_url="http://x/v1", reward_url="http://rm:9000", baseline_n=16)
     assert settings.effective_reward_backend == "worker"
@@ -57,6 +68,10 @@ def test_derived_defaults():
         {"default_cost": 1.5},
         {"default_mode": "greedy"},
         {"port": 70000},
+        {"metric_tasks": ["code review"]},  # not a task label
+        {"metric_tasks": ["other"]},  # reserved: the fold of undeclared tasks
+        {"metric_tasks": "code,chat,code"},
+        {"metric_tasks": [f"t{i}" for i in range(33)]},  # one series each: bounded
     ],
 )
 def test_invalid_settings_are_refused(values):
@@ -71,6 +86,7 @@ def test_invalid_settings_are_refused(values):
         (["--reward-backend", "magic"], "--reward-backend"),
         (["--min-samples", "9", "--max-samples", "4"], "min_samples (9) must not exceed"),
         (["--max-samples", "many"], "--max-samples"),
+        (["--metric-tasks", "a b"], "--metric-tasks"),
     ],
 )
 def test_cli_refuses_bad_configuration_with_one_line(argv, expected):

@@ -31,6 +31,12 @@ ISSUE_6_NAMES = {
     "pandora_inflight_requests": "gauge",
     "pandora_inflight_candidates": "gauge",
 }
+# Per X-Pandora-Task (added with task keys): series only for the operator's --metric-tasks.
+TASK_NAMES = {
+    "pandora_task_requests_total": "counter",
+    "pandora_task_generations_total": "counter",
+    "pandora_task_samples_saved_total": "counter",
+}
 
 
 def families(text: str) -> dict[str, object]:
@@ -49,10 +55,10 @@ def test_every_issue_6_metric_exists_with_its_type():
     from prometheus_client import generate_latest
 
     found = families(generate_latest(registry).decode())
-    for name, kind in ISSUE_6_NAMES.items():
+    for name, kind in {**ISSUE_6_NAMES, **TASK_NAMES}.items():
         assert name in found, name
         assert found[name].type == kind, name
-    assert set(found) == set(ISSUE_6_NAMES)
+    assert set(found) == set(ISSUE_6_NAMES) | set(TASK_NAMES)
 
 
 def test_known_label_values_exist_at_zero_and_samples_buckets_span_max():
@@ -90,6 +96,26 @@ def test_labels_are_clamped_to_the_fixed_sets():
     assert get("pandora_stop_reason_total", {"reason": "other"}) == 1
     assert get("pandora_upstream_errors_total", {"kind": "other"}) == 1
     assert get("pandora_candidates_total", {"outcome": "other"}) == 1
+
+
+def test_task_series_exist_only_for_declared_tasks_and_the_two_folds():
+    """A client cannot create series with X-Pandora-Task: undeclared tasks fold into 'other'."""
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry, max_samples=4, tasks=("code", "chat"))
+    get = registry.get_sample_value
+    for task in ("code", "chat", "other", "none"):
+        assert get("pandora_task_requests_total", {"task": task}) == 0
+        assert get("pandora_task_samples_saved_total", {"task": task}) == 0
+    metrics.task_outcome("code", generations=3, saved=5)
+    metrics.task_outcome("user-42-secret", generations=8, saved=0)
+    metrics.task_outcome(None, generations=2, saved=6)
+    assert get("pandora_task_requests_total", {"task": "code"}) == 1
+    assert get("pandora_task_generations_total", {"task": "code"}) == 3
+    assert get("pandora_task_samples_saved_total", {"task": "code"}) == 5
+    assert get("pandora_task_generations_total", {"task": "other"}) == 8
+    assert get("pandora_task_samples_saved_total", {"task": "none"}) == 6
+    assert get("pandora_task_requests_total", {"task": "user-42-secret"}) is None
+    assert get("pandora_task_requests_total", {"task": "chat"}) == 0
 
 
 @pytest.fixture
@@ -142,3 +168,31 @@ def test_hostile_header_values_never_become_labels(server):
         if "mode" in sample.labels
     }
     assert label_values <= set(REQUEST_MODES)
+
+
+def test_per_task_savings_after_traffic(gateway_factory, fake_upstream):
+    """`--metric-tasks code`: Grafana can split saved generations by X-Pandora-Task."""
+    server = gateway_factory(
+        policy_factory=lambda plan: StopAbove(99.0, max_samples=plan.max_samples),
+        max_samples=4,
+        baseline_n=10,
+        metric_tasks=["code"],
+    )
+    url = server.url + "/v1/chat/completions"
+    body = {"model": "m", "messages": [{"role": "user", "content": "one two"}]}
+    for task in ("code", "code", "chat"):
+        headers = {"X-Pandora-Task": task}
+        assert httpx.post(url, json=body, headers=headers, timeout=10).status_code == 200
+    task_body = {**body, "pandora": {"task": "code"}}  # the body field counts the same
+    assert httpx.post(url, json=task_body, timeout=10).status_code == 200
+    assert httpx.post(url, json=body, timeout=10).status_code == 200
+    m = server.metric
+    assert m("pandora_task_requests_total", task="code") == 3
+    assert m("pandora_task_generations_total", task="code") == 3 * 4
+    assert m("pandora_task_samples_saved_total", task="code") == 3 * (10 - 4)
+    assert m("pandora_task_requests_total", task="other") == 1  # "chat" was not declared
+    assert m("pandora_task_requests_total", task="none") == 1
+    assert "chat" not in httpx.get(server.url + "/metrics").text
+    # the per-task series add up to the gateway-wide counter
+    total = sum(m("pandora_task_samples_saved_total", task=t) for t in ("code", "other", "none"))
+    assert total == m("pandora_samples_saved_total")

@@ -316,7 +316,9 @@ def _record_outcome(state: GatewayState, plan: SamplingPlan, outcome: SamplingOu
     metrics = state.metrics
     used = len(outcome.scored) + outcome.cancelled
     metrics.samples_per_request.labels(mode=plan.mode).observe(len(outcome.scored))
-    metrics.samples_saved.inc(max(0, state.settings.effective_baseline_n - used))
+    saved = max(0, state.settings.effective_baseline_n - used)
+    metrics.samples_saved.inc(saved)
+    metrics.task_outcome(plan.task, generations=used, saved=saved)
     metrics.add_tokens(outcome.prompt_tokens, outcome.completion_tokens)
     metrics.stop_reason(outcome.stop_reason)
     if outcome.best_reward is not None:
