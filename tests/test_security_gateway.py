@@ -309,6 +309,7 @@ ALLOWED_LABELS = {
     "reason": set(gateway_metrics.STOP_REASONS),
     "result": set(UPDATE_RESULTS),  # pandora_prior_updates_total
     "shape": set(POLICY_SHAPES),  # pandora_prior_policies_total
+    "task": {"other", "none"},  # pandora_task_*: no --metric-tasks declared here
 }
 HOSTILE = [
     "<script>alert(1)</script>",
@@ -332,11 +333,18 @@ def test_hostile_values_cannot_create_metric_series(gateway_factory, fake_upstre
     post(server)  # every series that normal traffic creates
     before = series(HTTP.get(server.url + "/metrics").text)
     for value in HOSTILE:
-        for header in ("X-Pandora-Mode", "X-Pandora-Cost", "X-Request-Id", "User-Agent"):
+        for header in (
+            "X-Pandora-Mode",
+            "X-Pandora-Cost",
+            "X-Pandora-Task",
+            "X-Request-Id",
+            "User-Agent",
+        ):
             post(server, headers={header: value})
         post(server, {**BODY, "pandora": {"mode": value}})
         post(server, {**BODY, "model": value, "messages": [{"role": value, "content": value}]})
         HTTP.post(server.url + "/v1/chat/completions/" + value[:100], json=BODY)
+    post(server, headers={"X-Pandora-Task": "user-4242"})  # valid, undeclared: "other"
     post(server, {**BODY, "pad": "x" * 5000})  # 413
     fake_upstream.inject(Fault("status", status=418, message="<script>"), times=2)
     post(server)  # an unusual upstream status
