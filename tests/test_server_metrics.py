@@ -185,11 +185,13 @@ def test_per_task_savings_after_traffic(gateway_factory, fake_upstream):
         assert httpx.post(url, json=body, headers=headers, timeout=10).status_code == 200
     task_body = {**body, "pandora": {"task": "code"}}  # the body field counts the same
     assert httpx.post(url, json=task_body, timeout=10).status_code == 200
+    streamed = httpx.post(url, json={**task_body, "stream": True}, timeout=10)  # and streaming
+    assert streamed.status_code == 200 and "[DONE]" in streamed.text
     assert httpx.post(url, json=body, timeout=10).status_code == 200
     m = server.metric
-    assert m("pandora_task_requests_total", task="code") == 3
-    assert m("pandora_task_generations_total", task="code") == 3 * 4
-    assert m("pandora_task_samples_saved_total", task="code") == 3 * (10 - 4)
+    assert m("pandora_task_requests_total", task="code") == 4
+    assert m("pandora_task_generations_total", task="code") == 4 * 4
+    assert m("pandora_task_samples_saved_total", task="code") == 4 * (10 - 4)
     assert m("pandora_task_requests_total", task="other") == 1  # "chat" was not declared
     assert m("pandora_task_requests_total", task="none") == 1
     assert "chat" not in httpx.get(server.url + "/metrics").text
