@@ -17,6 +17,7 @@ from server.config import METRIC_TASK_FOLDS, MODES
 __all__ = [
     "CANDIDATE_OUTCOMES",
     "REQUEST_MODES",
+    "SAMPLED_MODES",
     "STATUSES",
     "STOP_REASONS",
     "TOKEN_KINDS",
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 REQUEST_MODES = (*MODES, "unknown")  # "unknown": rejected before a mode was known
+SAMPLED_MODES = tuple(m for m in MODES if m != "off")  # the modes whose requests sample
 STATUSES = ("200", "400", "401", "404", "413", "422", "429", "499", "500", "502", "503", "504")
 CANDIDATE_OUTCOMES = ("scored", "cancelled", "failed")
 TOKEN_KINDS = ("prompt", "completion")
@@ -151,19 +153,19 @@ class GatewayMetrics:
         self.task_requests = Counter(
             "pandora_task_requests_total",
             "Sampled requests finished" + task_help,
-            ["task"],
+            ["task", "mode"],
             registry=registry,
         )
         self.task_generations = Counter(
             "pandora_task_generations_total",
             "Generations paid for (scored and cancelled candidates)" + task_help,
-            ["task"],
+            ["task", "mode"],
             registry=registry,
         )
         self.task_samples_saved = Counter(
             "pandora_task_samples_saved_total",
             "Generations saved against the fixed baseline N" + task_help,
-            ["task"],
+            ["task", "mode"],
             registry=registry,
         )
         self._precreate()
@@ -193,8 +195,9 @@ class GatewayMetrics:
         for kind in UPSTREAM_ERROR_KINDS:
             self.upstream_errors.labels(kind=kind)
         for task in self.tasks:
-            for counter in (self.task_requests, self.task_generations, self.task_samples_saved):
-                counter.labels(task=task)
+            for mode in SAMPLED_MODES:
+                for counter in (self.task_requests, self.task_generations, self.task_samples_saved):
+                    counter.labels(task=task, mode=mode)
 
     # -- recording helpers (label values clamped to the fixed sets) ---------------------------
     def request_finished(self, mode: str, status: int, seconds: float) -> None:
@@ -208,12 +211,15 @@ class GatewayMetrics:
         self.requests.labels(mode=mode, status=code if code in STATUSES else "other").inc()
         self.request_duration.labels(mode=mode).observe(seconds)
 
-    def task_outcome(self, task: str | None, *, generations: int, saved: int) -> None:
+    def task_outcome(self, task: str | None, mode: str, *, generations: int, saved: int) -> None:
         """One sampled request of ``task`` finished (series per declared task, else folded)."""
-        label = "none" if task is None else _fixed(task, self.declared_tasks)
-        self.task_requests.labels(task=label).inc()
-        self.task_generations.labels(task=label).inc(generations)
-        self.task_samples_saved.labels(task=label).inc(saved)
+        labels = {
+            "task": "none" if task is None else _fixed(task, self.declared_tasks),
+            "mode": _fixed(mode, SAMPLED_MODES),
+        }
+        self.task_requests.labels(**labels).inc()
+        self.task_generations.labels(**labels).inc(generations)
+        self.task_samples_saved.labels(**labels).inc(saved)
 
     def candidate(self, outcome: str, count: int = 1) -> None:
         if count:

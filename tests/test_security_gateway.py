@@ -302,7 +302,7 @@ def test_cors_is_off_by_default(gateway_factory):
 
 # -- metric labels ---------------------------------------------------------------------------------
 ALLOWED_LABELS = {
-    "mode": set(gateway_metrics.REQUEST_MODES),
+    "mode": {*gateway_metrics.REQUEST_MODES, "other"},  # "other": pandora_task_* only
     "status": {*gateway_metrics.STATUSES, "other"},
     "outcome": set(gateway_metrics.CANDIDATE_OUTCOMES),
     "kind": {*gateway_metrics.TOKEN_KINDS, *gateway_metrics.UPSTREAM_ERROR_KINDS},

@@ -104,18 +104,23 @@ def test_task_series_exist_only_for_declared_tasks_and_the_two_folds():
     metrics = GatewayMetrics(registry, max_samples=4, tasks=("code", "chat"))
     get = registry.get_sample_value
     for task in ("code", "chat", "other", "none"):
-        assert get("pandora_task_requests_total", {"task": task}) == 0
-        assert get("pandora_task_samples_saved_total", {"task": task}) == 0
-    metrics.task_outcome("code", generations=3, saved=5)
-    metrics.task_outcome("user-42-secret", generations=8, saved=0)
-    metrics.task_outcome(None, generations=2, saved=6)
-    assert get("pandora_task_requests_total", {"task": "code"}) == 1
-    assert get("pandora_task_generations_total", {"task": "code"}) == 3
-    assert get("pandora_task_samples_saved_total", {"task": "code"}) == 5
-    assert get("pandora_task_generations_total", {"task": "other"}) == 8
-    assert get("pandora_task_samples_saved_total", {"task": "none"}) == 6
-    assert get("pandora_task_requests_total", {"task": "user-42-secret"}) is None
-    assert get("pandora_task_requests_total", {"task": "chat"}) == 0
+        for mode in ("adaptive", "target", "fixed"):
+            labels = {"task": task, "mode": mode}
+            assert get("pandora_task_requests_total", labels) == 0
+            assert get("pandora_task_samples_saved_total", labels) == 0
+        assert get("pandora_task_requests_total", {"task": task, "mode": "off"}) is None
+    metrics.task_outcome("code", "adaptive", generations=3, saved=5)
+    metrics.task_outcome("user-42-secret", "target", generations=8, saved=0)
+    metrics.task_outcome(None, "fixed", generations=2, saved=6)
+    metrics.task_outcome("code", "<script>", generations=1, saved=0)
+    assert get("pandora_task_requests_total", {"task": "code", "mode": "adaptive"}) == 1
+    assert get("pandora_task_generations_total", {"task": "code", "mode": "adaptive"}) == 3
+    assert get("pandora_task_samples_saved_total", {"task": "code", "mode": "adaptive"}) == 5
+    assert get("pandora_task_generations_total", {"task": "other", "mode": "target"}) == 8
+    assert get("pandora_task_samples_saved_total", {"task": "none", "mode": "fixed"}) == 6
+    assert get("pandora_task_requests_total", {"task": "code", "mode": "other"}) == 1
+    assert get("pandora_task_requests_total", {"task": "user-42-secret", "mode": "target"}) is None
+    assert get("pandora_task_requests_total", {"task": "chat", "mode": "adaptive"}) == 0
 
 
 @pytest.fixture
@@ -189,12 +194,16 @@ def test_per_task_savings_after_traffic(gateway_factory, fake_upstream):
     assert streamed.status_code == 200 and "[DONE]" in streamed.text
     assert httpx.post(url, json=body, timeout=10).status_code == 200
     m = server.metric
-    assert m("pandora_task_requests_total", task="code") == 4
-    assert m("pandora_task_generations_total", task="code") == 4 * 4
-    assert m("pandora_task_samples_saved_total", task="code") == 4 * (10 - 4)
-    assert m("pandora_task_requests_total", task="other") == 1  # "chat" was not declared
-    assert m("pandora_task_requests_total", task="none") == 1
+    assert m("pandora_task_requests_total", task="code", mode="adaptive") == 4
+    assert m("pandora_task_generations_total", task="code", mode="adaptive") == 4 * 4
+    assert m("pandora_task_samples_saved_total", task="code", mode="adaptive") == 4 * (10 - 4)
+    # "chat" was not declared
+    assert m("pandora_task_requests_total", task="other", mode="adaptive") == 1
+    assert m("pandora_task_requests_total", task="none", mode="adaptive") == 1
     assert "chat" not in httpx.get(server.url + "/metrics").text
     # the per-task series add up to the gateway-wide counter
-    total = sum(m("pandora_task_samples_saved_total", task=t) for t in ("code", "other", "none"))
+    total = sum(
+        m("pandora_task_samples_saved_total", task=t, mode="adaptive")
+        for t in ("code", "other", "none")
+    )
     assert total == m("pandora_samples_saved_total")

@@ -318,7 +318,7 @@ def _record_outcome(state: GatewayState, plan: SamplingPlan, outcome: SamplingOu
     metrics.samples_per_request.labels(mode=plan.mode).observe(len(outcome.scored))
     saved = max(0, state.settings.effective_baseline_n - used)
     metrics.samples_saved.inc(saved)
-    metrics.task_outcome(plan.task, generations=used, saved=saved)
+    metrics.task_outcome(plan.task, plan.mode, generations=used, saved=saved)
     metrics.add_tokens(outcome.prompt_tokens, outcome.completion_tokens)
     metrics.stop_reason(outcome.stop_reason)
     if outcome.best_reward is not None:
