@@ -194,10 +194,12 @@ class GatewayMetrics:
             self.stop_reasons.labels(reason=reason)
         for kind in UPSTREAM_ERROR_KINDS:
             self.upstream_errors.labels(kind=kind)
-        for task in self.tasks:
-            for mode in SAMPLED_MODES:
-                for counter in (self.task_requests, self.task_generations, self.task_samples_saved):
-                    counter.labels(task=task, mode=mode)
+        # (task, mode) -> its three children, looked up once (as ``_finished``)
+        self._task_children = {
+            (task, mode): self._task_series(task, mode)
+            for task in self.tasks
+            for mode in SAMPLED_MODES
+        }
 
     # -- recording helpers (label values clamped to the fixed sets) ---------------------------
     def request_finished(self, mode: str, status: int, seconds: float) -> None:
@@ -213,13 +215,21 @@ class GatewayMetrics:
 
     def task_outcome(self, task: str | None, mode: str, *, generations: int, saved: int) -> None:
         """One sampled request of ``task`` finished (series per declared task, else folded)."""
-        labels = {
-            "task": "none" if task is None else _fixed(task, self.declared_tasks),
-            "mode": _fixed(mode, SAMPLED_MODES),
-        }
-        self.task_requests.labels(**labels).inc()
-        self.task_generations.labels(**labels).inc(generations)
-        self.task_samples_saved.labels(**labels).inc(saved)
+        label = "none" if task is None else _fixed(task, self.declared_tasks)
+        children = self._task_children.get((label, mode))
+        if children is None:  # not a sampled mode (the gateway never sends one)
+            children = self._task_series(label, "other")
+        requests, generations_total, saved_total = children
+        requests.inc()
+        generations_total.inc(generations)
+        saved_total.inc(saved)
+
+    def _task_series(self, task: str, mode: str) -> tuple[Counter, Counter, Counter]:
+        return (
+            self.task_requests.labels(task=task, mode=mode),
+            self.task_generations.labels(task=task, mode=mode),
+            self.task_samples_saved.labels(task=task, mode=mode),
+        )
 
     def candidate(self, outcome: str, count: int = 1) -> None:
         if count:
