@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_REWARD_MODEL",
     "MODES",
     "TASK_PATTERN",
+    "TASK_RULE",
     "Mode",
     "Settings",
 ]
@@ -34,6 +35,7 @@ DEFAULT_REWARD_MODEL = "Skywork/Skywork-Reward-V2-Qwen3-0.6B"
 # A task (X-Pandora-Task) names a kind of prompt (its reward shape): X-Request-Id's characters,
 # 1-64 of them.
 TASK_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+TASK_RULE = "1-64 of the characters A-Z a-z 0-9 . _ : -"  # TASK_PATTERN, for error messages
 # Per-task metric series: the declared labels plus these two, so a Prometheus series count
 # stays bounded whatever clients send.
 METRIC_TASKS_MAX = 32
@@ -171,9 +173,7 @@ class Settings(BaseSettings):
     def _task_labels(cls, tasks: list[str]) -> list[str]:
         for task in tasks:
             if TASK_PATTERN.fullmatch(task) is None:
-                raise ValueError(
-                    f"a task is 1-64 of the characters A-Z a-z 0-9 . _ : -, got {task!r}"
-                )
+                raise ValueError(f"a task is {TASK_RULE}, got {task!r}")
             if task in METRIC_TASK_FOLDS:
                 raise ValueError(f"{task!r} is reserved (requests with another task / none)")
         if len(set(tasks)) != len(tasks):

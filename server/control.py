@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from server.config import MODES, TASK_PATTERN, Settings
+from server.config import MODES, TASK_PATTERN, TASK_RULE, Settings
 from server.errors import InvalidRequestError
 
 __all__ = ["MAX_PARALLELISM", "SamplingPlan", "resolve_plan"]
@@ -97,7 +97,7 @@ def _task(value: Any, param: str) -> str:
     prompt, not carry free text."""
     if not isinstance(value, str) or TASK_PATTERN.fullmatch(value) is None:
         raise InvalidRequestError(
-            f"{param} must be 1-64 of the characters A-Z a-z 0-9 . _ : -, got {value!r}",
+            f"{param} must be {TASK_RULE}, got {value!r}",
             param=param,
         )
     return value
