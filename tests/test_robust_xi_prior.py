@@ -14,9 +14,11 @@ from stoppers.robust import TailPandora
 from stoppers.robust.gpd_tail import fit_tail, tail_exceedances
 from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
 from stoppers.robust.xi_prior import (
+    BOUNDED_XI,
     MAX_ROWS,
     MIN_REQUESTS,
     ROW_FLOOR,
+    SHARE_MIN_REQUESTS,
     XI_GRID,
     XiPrior,
     xi_log_likelihood,
@@ -101,6 +103,37 @@ def test_the_shape_is_the_posterior_mean_plus_one_posterior_sd():
     assert mixed.posterior_xi(short) == pytest.approx(mean + sd, abs=1e-12)
 
 
+def test_margin_share_is_the_posterior_mass_of_open_tails():
+    """Bounded deployments drop the confidence margins, heavy ones keep them all."""
+    bounded = _learn(XiPrior(), _bounded, 30, seed=0)
+    heavy = _learn(XiPrior(), _heavy, 30, seed=1)
+    y = _exceedances(np.random.default_rng(5).normal(size=40))
+    assert bounded.margin_share(y) < 0.2 and heavy.margin_share(y) > 0.9
+    post = np.asarray(bounded.g) * np.exp(xi_log_likelihood(y))
+    post /= post.sum()
+    assert bounded.margin_share(y) == pytest.approx(post[XI_GRID >= BOUNDED_XI].sum(), abs=1e-12)
+    # a learned prior hands fit_tail both numbers from one posterior
+    assert bounded.tail_posterior(y) == (bounded.posterior_xi(y), bounded.margin_share(y))
+
+
+def test_the_share_starts_before_the_learned_shape_does():
+    """From SHARE_MIN_REQUESTS requests the share applies; the shape keeps the fixed shrinkage
+    (None) until MIN_REQUESTS, as before."""
+    assert SHARE_MIN_REQUESTS < MIN_REQUESTS
+    rng = np.random.default_rng(6)
+    prior = XiPrior()
+    y = _exceedances(rng.uniform(size=48))
+    for i in range(MIN_REQUESTS + 1):
+        xi, share = prior.tail_posterior(y)
+        if i < SHARE_MIN_REQUESTS:
+            assert (xi, share) == (None, 1.0)
+        elif i < MIN_REQUESTS:
+            assert xi is None and 0.0 < share < 1.0
+        else:
+            assert xi == prior.posterior_xi(y) and share == prior.margin_share(y)
+        prior.update(_bounded(rng))
+
+
 def test_learned_only_after_enough_requests_and_only_from_usable_ones():
     prior = XiPrior()
     assert prior.update([1.0, 2.0, 3.0]) is False  # fewer than 8 rewards
@@ -158,9 +191,10 @@ def test_hostile_snapshots_are_refused(change):
 
 def test_fit_tail_takes_the_posterior_shape_when_given():
     values = np.sort(np.random.default_rng(1).normal(size=50))
-    fit = fit_tail(values, xi_posterior=lambda y: -0.3)
+    fit = fit_tail(values, posterior=lambda y: (-0.3, 0.4))
     top = values[-fit.k :] - fit.u
     assert fit.xi == -0.3 and fit.sigma == pytest.approx(top.mean() * 1.3)
+    assert fit.margin_share == 0.4
 
 
 def _mixture_rows(prompts: int, seed: int) -> np.ndarray:
@@ -187,6 +221,37 @@ def test_cold_start_reads_the_cost_priors_learned_shapes():
             out.append(policy.n)
         assert not mine.warm  # the shape tests refuse the pooled shape: this is the cold start
     assert np.mean(learned) < 0.85 * np.mean(fixed)
+
+
+def test_early_cold_starts_drop_their_margins_on_bimodal_prompts_only():
+    """Between SHARE_MIN_REQUESTS and MIN_REQUESTS learned requests the cold start still shrinks
+    xi to 0, but bimodal prompts (a better-mode cluster: a bounded tail) lose its confidence
+    margins and stop sooner; heavy-tailed ones keep them (README "Bounded tails need no
+    margin")."""
+
+    def draws(family: str, prior: XiPrior | None, seed: int) -> tuple[list[int], list[float]]:
+        rows = generate(SynthSpec(family=family, prompts=12, samples=400, seed=seed))["rewards"]
+        samples, shares = [], []
+        for row in rows:
+            policy = TailPandora(1e-3, max_samples=400, prior=prior)
+            for reward in row:
+                if policy.observe(float(reward)):
+                    break
+            samples.append(policy.n)
+            shares.append(policy._tracker.fit.margin_share)
+        return samples, shares
+
+    for family, seed in (("mixture", 4), ("student-t", 5)):
+        prior = XiPrior()
+        for row in generate(SynthSpec(family=family, prompts=4, samples=120, seed=seed))["rewards"]:
+            prior.update(row)
+        assert SHARE_MIN_REQUESTS <= prior.requests < MIN_REQUESTS
+        learned, shares = draws(family, prior, seed + 10)
+        fixed, _ = draws(family, None, seed + 10)
+        if family == "mixture":  # 114 against 142 samples per request (shares ~0.2-0.6)
+            assert np.median(shares) < 0.6 and np.mean(learned) < 0.85 * np.mean(fixed)
+        else:  # the same requests, the same samples
+            assert np.median(shares) > 0.9 and np.mean(learned) > 0.9 * np.mean(fixed)
 
 
 def test_cost_prior_persists_its_xi_prior_and_old_snapshots_start_afresh():

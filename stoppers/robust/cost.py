@@ -12,7 +12,10 @@ What changes is the distribution estimate: a peaks-over-threshold GPD fit on the
 median. Optimism (the "UCB" of UCB Pandora's Box) enters as a widened tail scale
 sigma * (1 + z / sqrt(k)) - a confidence schedule that shrinks as exceedances accumulate -
 applied both to kappa_hat and to the tail over which the expected gain is integrated. Stopping
-too early on a heavy tail is what costs most profit; sampling one more costs only c.
+too early on a heavy tail is what costs most profit; sampling one more costs only c. A tail the
+deployment has learned to be bounded keeps only its fit's ``margin_share`` of both margins
+(:meth:`~stoppers.robust.xi_prior.XiPrior.tail_posterior`): past its end there is nothing to
+insure against.
 
 Until the tail can be fitted (fewer than two distinct rewards above the threshold) the policy
 keeps sampling - unless the ties say the best is the top of the support (stop reason "tied",
@@ -46,7 +49,8 @@ class TailPandora(TailPolicy):
     min_samples: rewards to see before any stop (default 8, or max_samples if smaller).
     max_samples: hard budget, stop reason "budget".
     kappa_z, scale_z: confidence margins on kappa_hat and on the tail integrated for the gain;
-        kappa_z=None picks :func:`default_kappa_z` for the cost.
+        kappa_z=None picks :func:`default_kappa_z` for the cost. Each fit applies its
+        ``margin_share`` of them (1 unless an XiPrior says the tail is bounded).
     xi_z: optimism on the tail shape for the gain: xi + xi_z * (1 + xi) / sqrt(k + w), the
         GPD shape's standard error with w prior pseudo-exceedances (0: off).
     prior: cross-prompt shape prior: a :class:`TailPrior` (pooled xi0) or a learned
@@ -104,7 +108,7 @@ class TailPandora(TailPolicy):
         return None if math.isnan(self._gain) else self._gain
 
     def _on_new_fit(self, fit: TailFit) -> None:
-        widen = 1.0 + self.scale_z / math.sqrt(fit.k)
+        widen = 1.0 + fit.margin_share * self.scale_z / math.sqrt(fit.k)
         xi_up = fit.xi + self.xi_z * (1.0 + fit.xi) / math.sqrt(fit.k + self.prior.weight)
         self._optimistic = replace(fit, sigma=fit.sigma * widen, xi=min(xi_up, 0.9))
 

@@ -114,6 +114,9 @@ class TailFit:
     sigma: float
     xi: float
     k: int
+    # The share of the policies' confidence margins this tail warrants (1: all of them): less
+    # where a deployment's learned shapes say it is bounded (XiPrior.tail_posterior).
+    margin_share: float = 1.0
 
     # -- the GPD pieces, all relative to u --------------------------------------------------
     def _excess_quantile(self, survival: float, sigma: float | None = None) -> float:
@@ -217,7 +220,7 @@ def fit_tail(
     xi0: float = 0.0,
     prior_weight: float = 30.0,
     k: int | None = None,
-    xi_posterior: Callable[[np.ndarray], float] | None = None,
+    posterior: Callable[[np.ndarray], tuple[float | None, float]] | None = None,
 ) -> TailFit | None:
     """Fit :class:`TailFit` to ascending-sorted rewards; None when there is no tail to fit.
 
@@ -227,9 +230,10 @@ def fit_tail(
     The shape estimate is shrunk to ``xi0``: ``xi = (k xi_zs + w xi0) / (k + w)``, and sigma is
     re-solved so that the fitted mean exceedance ``sigma / (1 - xi)`` equals the observed one
     (the mean is the best-determined statistic of a small sample). xi is kept in [-1, 0.9] so
-    that the mean exceedance exists. ``xi_posterior(exceedances)``, when given, replaces the
-    shrinkage: the shape is then what it returns for the exceedances (a deployment's learned
-    distribution of xi, :meth:`~stoppers.robust.xi_prior.XiPrior.posterior_xi`).
+    that the mean exceedance exists. ``posterior(exceedances)``, when given, returns (xi or
+    None, margin share) from a deployment's learned distribution of xi
+    (:meth:`~stoppers.robust.xi_prior.XiPrior.tail_posterior`): a shape replaces the shrinkage
+    (None keeps it), and the share becomes the fit's ``margin_share``.
     """
     values = np.asarray(sorted_rewards, dtype=float)
     n = values.size
@@ -239,17 +243,21 @@ def fit_tail(
     kk = y.size
     if kk < 2:
         return None
+    learned, share = None, 1.0
     if y[0] == y[-1]:
         # All exceedances tie (e.g. several rewards at an upper clip): a bounded tail.
         xi = _XI_MIN
-    elif xi_posterior is not None:
-        xi = xi_posterior(y)  # a deployment's learned shape distribution (xi_prior.XiPrior)
     else:
-        _, xi_zs = zhang_stephens_gpd(y)
-        xi = (kk * xi_zs + prior_weight * xi0) / (kk + prior_weight)
+        if posterior is not None:  # a deployment's learned shape distribution (XiPrior)
+            learned, share = posterior(y)
+        if learned is not None:
+            xi = learned
+        else:
+            _, xi_zs = zhang_stephens_gpd(y)
+            xi = (kk * xi_zs + prior_weight * xi0) / (kk + prior_weight)
     xi = min(max(xi, _XI_MIN), _XI_MAX)
     mean_excess = float(y.mean())
     sigma = mean_excess * (1.0 - xi)
     if not sigma > 0.0:
         return None
-    return TailFit(u=u, p_u=kk / n, sigma=sigma, xi=xi, k=kk)
+    return TailFit(u=u, p_u=kk / n, sigma=sigma, xi=xi, k=kk, margin_share=share)

@@ -53,11 +53,10 @@ class TailPolicy(StoppingPolicy):
             raise ValueError(f"floor must be a FloorBound (finite, lift in [0, 1]), got {floor!r}")
         self.floor = floor
         self._floor_value = None if floor is None else floor.value
-        learned = isinstance(self.prior, XiPrior) and self.prior.learned
         self._tracker = TailTracker(
             xi0=self.prior.xi0,
             prior_weight=self.prior.weight,
-            xi_posterior=self.prior.posterior_xi if learned else None,
+            posterior=self.prior.tail_posterior if isinstance(self.prior, XiPrior) else None,
             tie_ceiling=tie_ceiling,
         )
         self._fit_seen: TailFit | None = None
@@ -94,7 +93,8 @@ class TailPolicy(StoppingPolicy):
             return None
         if refit or fit is not self._fit_seen:
             self._fit_seen = fit
-            self._kappa_off = kappa_offset(fit, self.alpha, self.kappa_z, self.prior.weight)
+            z = self.kappa_z * fit.margin_share  # no margin where the tail is bounded
+            self._kappa_off = kappa_offset(fit, self.alpha, z, self.prior.weight)
             self._on_new_fit(fit)
         if self._n < self.min_samples:
             return None

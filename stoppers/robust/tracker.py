@@ -75,12 +75,12 @@ class TailTracker:
         prior_weight: float,
         exact_until: int = 16,
         leave_out_best: bool = LEAVE_OUT_BEST,
-        xi_posterior: Callable[[np.ndarray], float] | None = None,
+        posterior: Callable[[np.ndarray], tuple[float | None, float]] | None = None,
         tie_ceiling: bool = True,
     ) -> None:
         self.leave_out_best = leave_out_best
         self.tie_ceiling = tie_ceiling
-        self.xi_posterior = xi_posterior
+        self.posterior = posterior
         self.xi0 = xi0
         self.prior_weight = prior_weight
         self.exact_until = exact_until
@@ -128,7 +128,7 @@ class TailTracker:
             np.asarray(values),
             xi0=self.xi0,
             prior_weight=self.prior_weight,
-            xi_posterior=self.xi_posterior,
+            posterior=self.posterior,
         )
         self._fit_n = n
         self.refits += 1
