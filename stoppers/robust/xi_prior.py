@@ -67,8 +67,9 @@ OPTIMISM = 1.0
 # `mixture` ones (README "Bounded tails need no margin"). It applies from SHARE_MIN_REQUESTS
 # learned requests on, before g replaces the shrinkage (MIN_REQUESTS): telling bounded from
 # open tails needs less evidence than a shape does. The cut and the start were chosen on the
-# seed-0 mixture, normal, Student-t and `mixed` pools (24 x 30 deployments); -0.15 took half
-# the margins off normal prompts and cost `mixed` 0.4 point at c = 1e-4.
+# seed-0 mixture, normal, Student-t and `mixed` pools (24 x 30 deployments); with the shape
+# also learned from 2 requests, -0.15 took half the margins off normal prompts and cost `mixed`
+# 0.4 point at c = 1e-4.
 BOUNDED_XI = -0.3
 SHARE_MIN_REQUESTS = 2
 MIN_REWARDS = 8  # shorter requests teach nothing (as TailPrior)
