@@ -47,7 +47,8 @@ class TailTargetAcceptance(TailPolicy):
     min_samples: rewards to see before any stop (default 8, or max_samples if smaller).
     max_samples: hard budget, stop reason "budget".
     kappa_z: confidence margin on the benchmark quantile, in standard errors (see
-        :func:`~stoppers.robust.policy.kappa_offset`).
+        :func:`~stoppers.robust.policy.kappa_offset`); with an XiPrior, each fit applies its
+        ``margin_share`` of it, as TailPandora does.
     overshoot: True (default) stops when h(best) >= target (module docstring); False uses the
         paper's plain test AR_kappa_hat(best) >= target.
     prior: cross-prompt :class:`TailPrior` giving the shape prior xi0 and its weight, or a
