@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
+from stoppers.robust.bimodality import two_mode_share
 from stoppers.robust.gpd_tail import _acceptance_array
 from stoppers.robust.shape_likelihood import EM_BINS, EM_HI, EM_LO, fit_shape
 
@@ -131,13 +132,17 @@ class FittedShape:
 
     ``p``: probabilities of the bins ``EDGES`` (width 0.05 on [-8, 8]); ``requests``: the
     prior's request count when the streams were taken (what staleness is judged by);
-    ``streams``: how many streams it was fitted to; ``tied``: :func:`tied_fraction` of them.
+    ``streams``: how many streams it was fitted to; ``tied``: :func:`tied_fraction` of them;
+    ``two_mode_share``: for a fit with more than one mode, the share of those streams that show
+    two modes on their own (:func:`stoppers.robust.bimodality.two_mode_share`; None for a
+    one-mode fit, for a fit without testable streams, and for a shape not made by :meth:`fit`).
     """
 
     p: np.ndarray
     requests: int
     streams: int
     tied: float
+    two_mode_share: float | None = None
 
     @classmethod
     def fit(cls, streams: Sequence[Sequence[float]], requests: int) -> FittedShape | None:
@@ -145,7 +150,14 @@ class FittedShape:
         p = fit_shape(streams, EDGES)
         if p is None:
             return None
-        return cls(p=p, requests=int(requests), streams=len(streams), tied=tied_fraction(streams))
+        share = two_mode_share(streams) if count_modes(p) > 1 else None
+        return cls(
+            p=p,
+            requests=int(requests),
+            streams=len(streams),
+            tied=tied_fraction(streams),
+            two_mode_share=share,
+        )
 
     def __post_init__(self) -> None:
         p = np.asarray(self.p, dtype=np.float64)
