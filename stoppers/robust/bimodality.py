@@ -92,6 +92,6 @@ def two_mode_share(streams: Sequence[Sequence[float]]) -> float | None:
 
 
 def _normal(z: np.ndarray, mu: np.ndarray, var: np.ndarray) -> np.ndarray:
-    return np.exp(-0.5 * (z - mu[:, None]) ** 2 / var[:, None] - _LOG_ROOT_2PI) / np.sqrt(
-        var
-    )[:, None]
+    return (
+        np.exp(-0.5 * (z - mu[:, None]) ** 2 / var[:, None] - _LOG_ROOT_2PI) / np.sqrt(var)[:, None]
+    )
