@@ -26,9 +26,12 @@ the request's own m and s integrated out by likelihood rather than by normal-the
 (:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores the cold start). A
 two-mode fit needs no shared-shape test: each request's own rewards place it under the pooled
 shape, which is what made bimodal prompts with per-prompt mode weights work (README, "The
-likelihood path"). A one-mode fit decides only until a shared-shape test finds the prompts
-differ (2026-11-27): fitted to prompts of different families it is a blend that fits none of
-them (``_untrusted_shape``; README, "Heterogeneous continuous deployments").
+likelihood path") - but it needs most of its streams to be bimodal on their own
+(``TWO_MODE_SHARE``, 2026-11-27): a minority of bimodal prompts among unimodal ones also fits
+two modes, a blend (README, "A two-mode fit must be the deployment's"). A one-mode fit decides
+only until a shared-shape test finds the prompts differ (2026-11-27): fitted to prompts of
+different families it is a blend that fits none of them (``_untrusted_shape``; README,
+"Heterogeneous continuous deployments").
 Where the tests do trust the shape, the moment path below stays: on exponential rewards it
 earned more (long deployments, README).
 
@@ -133,7 +136,7 @@ LIKELIHOOD_MIN_REQUESTS = 8
 # all (a blend that fits none of them). The share is 0.74-0.89 on mixture streams of 48-96
 # rewards, 0.02-0.28 on the unimodal families' (bimodality's docstring); at 0.6, the held-out
 # ``mixed-continuous`` seed 7 (a third of its prompts bimodal) went 0.9850 -> 0.9956 at
-# c = 1e-3, 24 prompts x 100 deployments (README "Heterogeneous continuous deployments").
+# c = 1e-3, 24 prompts x 100 deployments (README "A two-mode fit must be the deployment's").
 TWO_MODE_SHARE = 0.6
 REFIT_EVERY = 256
 LIKELIHOOD_KEY = ("likelihood-shape",)
