@@ -15,9 +15,10 @@ The test per stream: standardise it, fit a mixture of two normals by EM, and cal
 when the components are separated by Ashman's D = |mu_1 - mu_2| / sqrt((s_1^2 + s_2^2) / 2)
 > 2.5 (Ashman, Bird & Zepf 1994: D > 2 for a clean separation), the fit beats one normal by a
 log-likelihood ratio > 2, and the upper component holds >= 4 rewards and at most 0.6 of them
-(a better *minority*). Measured on the seed-0 pools (400 random streams each): of 96-reward
-streams, 0.89 of mixture's are flagged and 0.02-0.13 of the seven unimodal families'
-(skew-normal 0.13, Gumbel 0.12, normal 0.06); of 48-reward streams 0.74 and 0.04-0.28.
+(a better *minority*). Measured on the seed-0 pools (one random stream per prompt, 200 per
+pool and length): of 96-reward streams, 0.89 of mixture's are flagged and 0.02-0.13 of the
+seven unimodal families' (skew-normal 0.13, Gumbel 0.12, normal 0.06); of 48-reward streams
+0.74 and 0.02-0.28 (skew-normal 0.28, lognormal 0.23, Gumbel 0.21).
 """
 
 from __future__ import annotations

@@ -670,6 +670,9 @@ def _untrusted_shape(prior: object) -> FittedShape | None:
     the weight of a better mode share its modes; ``TWO_MODE_SHARE``), a one-mode fit only where
     the shared-shape tests have not found the prompts to differ.
 
+    A two-mode fit none of whose streams has ``bimodality.MIN_REWARDS`` (24) rewards - a small
+    sample budget - cannot be tested (its share is None) and decides as before the test.
+
     A one-mode fit to prompts of different shapes is a blend whose tail fits none of them, and
     a request's own rewards move only its location and scale under it: on a deployment of
     normal, Gumbel, skew-normal, Student-t, exponential and two-mode prompts (``mixed``
