@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import stoppers.robust.shape_cost as sc
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust.bimodality import MIN_REWARDS, two_mode_flags, two_mode_share
+from stoppers.robust.cost import TailPandora
 from stoppers.robust.likelihood_cost import FittedShape
 from stoppers.robust.shape_cost import TWO_MODE_SHARE, CostShapePrior, ShapePandora
 
@@ -85,3 +87,49 @@ def test_only_a_two_mode_fit_carries_a_share():
     assert two.modes == 2 and two.two_mode_share == two_mode_share(
         _rows("mixture", 12, 96, seed=3).tolist()
     )
+
+
+def test_a_one_mode_blend_is_capped_at_twice_the_cold_starts_stop(monkeypatch):
+    """Before the shape is trusted a one-mode fit decides; fitted to heavy-tailed prompts, it
+    sends a normal request sampling to the budget. The cold start runs alongside and the
+    request stops by BLEND_CAP times the rewards at which the cold start stopped."""
+    prior = CostShapePrior()
+    for row in _rows("lognormal", 12, 96, seed=4):
+        prior.update(row.tolist())
+    rng = np.random.default_rng(3)
+    capped = 0
+    for _ in range(4):
+        rewards = rng.normal(0.0, 1.0, 960)
+        drawn = {}
+        for cap in (sc.BLEND_CAP, float("inf")):
+            monkeypatch.setattr(sc, "BLEND_CAP", cap)
+            policy = ShapePandora(1e-3, prior=prior, **UNTRUSTED)
+            assert policy.fitted_shape is not None and policy.fitted_shape.modes == 1
+            for reward in rewards:
+                if policy.observe(float(reward)):
+                    break
+            drawn[cap] = (policy.n, policy._shadow_stop)
+        monkeypatch.undo()
+        (n, stop), (uncapped, same_stop) = drawn.values()
+        cold = TailPandora(1e-3, prior=prior.xi)
+        for reward in rewards:
+            if cold.observe(float(reward)):
+                break
+        assert stop == same_stop == cold.n  # the shadow is the cold start, decision for decision
+        assert n <= sc.BLEND_CAP * cold.n <= uncapped
+        capped += n < uncapped
+    assert capped >= 3  # the blend alone drew (nearly) to the budget
+
+
+def test_only_a_one_mode_fit_before_trust_runs_the_cold_start_alongside():
+    bimodal = CostShapePrior()
+    for row in _rows("mixture", 12, 96, seed=11):
+        bimodal.update(row.tolist())
+    assert ShapePandora(1e-3, prior=bimodal, **UNTRUSTED)._shadow is None  # two modes
+    assert ShapePandora(1e-3, prior=None)._shadow is None  # the cold start itself
+    shared = CostShapePrior()
+    rng = np.random.default_rng(12)
+    for _ in range(40):
+        shared.update((rng.normal(0.0, 2.0) + rng.normal(0.0, 1.0, 96)).tolist())
+    trusted = ShapePandora(1e-3, prior=shared)
+    assert trusted.shape is not None and trusted._shadow is None  # the trusted moment path

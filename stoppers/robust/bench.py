@@ -120,12 +120,16 @@ def _bayes_unreachable(learned):
 def _likelihood_unreachable(learned):
     """ShapePandora on its likelihood path (``warm_requests`` out of reach keeps the moment
     path off) whose cost is set below any gain after construction: every observe takes the path
-    it takes in service."""
+    it takes in service. The fit has one mode, so the cold start runs alongside (its cap,
+    ``BLEND_CAP``); it is swapped for one that never stops, which keeps it observing."""
 
     def make():
         policy = ShapePandora(1e-3, max_samples=10_000, prior=learned, warm_requests=10**9)
-        assert policy.fitted_shape is not None
+        assert policy.fitted_shape is not None and policy._shadow is not None
         policy.cost = -1.0
+        policy._shadow = TailPandora(
+            1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0, prior=learned.xi
+        )
         return policy
 
     return make
