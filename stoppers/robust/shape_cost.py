@@ -551,8 +551,10 @@ class ShapePandora(LearnedShapeCost):
     likelihood: where the prompts do not (yet) pass the shared-shape tests and the rewards
         are continuous, decide on the shape fitted by likelihood with the request's location
         and scale integrated out by likelihood (:mod:`stoppers.robust.likelihood_cost`) once
-        the prior keeps ``LIKELIHOOD_MIN_REQUESTS`` streams, instead of the cold start (a
-        one-mode fit only until a shared-shape test finds the prompts differ). False:
+        the prior keeps ``LIKELIHOOD_MIN_REQUESTS`` streams, instead of the cold start: a
+        two-mode fit where ``TWO_MODE_SHARE`` of its streams are bimodal on their own; a
+        one-mode fit, with the cold start alongside capping the request at ``BLEND_CAP``
+        times its stop, only until a shared-shape test finds the prompts differ. False:
         the policy of 2026-11-25 (the recorded shape with moment errors where the prompts
         pass the shared-shape tests, else the cold start).
     """
