@@ -148,7 +148,7 @@ LIKELIHOOD_KEY = ("likelihood-shape",)
 # the cold start (TailPandora, the request's own tail) runs alongside, and the request stops
 # once it has drawn BLEND_CAP times the rewards at which the cold start stopped: the learned
 # shape may search further than the request's own tail says, not without end. Heterogeneous
-# draws gained 0.15-0.36 point at c = 1e-3, single families moved by -0.08 to +0.12 (README
+# draws gained 0.16-0.36 point at c = 1e-3, single families moved by -0.08 to +0.12 (README
 # "A cap on a one-mode blend").
 BLEND_CAP = 2.0
 
