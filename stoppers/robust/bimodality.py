@@ -41,9 +41,8 @@ _LOG_ROOT_2PI = 0.5 * np.log(2.0 * np.pi)
 def two_mode_flags(streams: Sequence[Sequence[float]]) -> np.ndarray:
     """One flag per stream of >= ``MIN_REWARDS`` finite rewards (in order; shorter streams are
     skipped): does it show two modes? All streams are fitted at once, padded to the longest."""
-    kept = [x for x in (np.asarray(s, dtype=np.float64) for s in streams) if x.size >= MIN_REWARDS]
-    kept = [x[np.isfinite(x)] for x in kept]
-    kept = [x for x in kept if x.size >= MIN_REWARDS]
+    finite = (x[np.isfinite(x)] for x in (np.asarray(s, dtype=np.float64) for s in streams))
+    kept = [x for x in finite if x.size >= MIN_REWARDS]
     if not kept:
         return np.zeros(0, dtype=bool)
     width = max(x.size for x in kept)
