@@ -121,15 +121,18 @@ def test_a_one_mode_blend_is_capped_at_twice_the_cold_starts_stop(monkeypatch):
     assert capped >= 3  # the blend alone drew (nearly) to the budget
 
 
-def test_only_a_one_mode_fit_before_trust_runs_the_cold_start_alongside():
+def test_every_learned_shape_runs_the_cold_start_alongside():
     bimodal = CostShapePrior()
     for row in _rows("mixture", 12, 96, seed=11):
         bimodal.update(row.tolist())
-    assert ShapePandora(1e-3, prior=bimodal, **UNTRUSTED)._shadow is None  # two modes
+    two_mode = ShapePandora(1e-3, prior=bimodal, **UNTRUSTED)
+    assert two_mode.fitted_shape is not None and two_mode.fitted_shape.modes == 2
+    assert two_mode._shadow is not None
     assert ShapePandora(1e-3, prior=None)._shadow is None  # the cold start itself
+    assert ShapePandora(1e-3, prior=bimodal, likelihood=False)._shadow is None  # cold too
     shared = CostShapePrior()
     rng = np.random.default_rng(12)
     for _ in range(40):
         shared.update((rng.normal(0.0, 2.0) + rng.normal(0.0, 1.0, 96)).tolist())
     trusted = ShapePandora(1e-3, prior=shared)
-    assert trusted.shape is not None and trusted._shadow is None  # the trusted moment path
+    assert trusted.shape is not None and trusted._shadow is not None  # the trusted moment path

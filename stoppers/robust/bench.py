@@ -117,20 +117,34 @@ def _bayes_unreachable(learned):
     return lambda: BayesShapePandora(1e-3, max_samples=10_000, table=never)
 
 
+def _never_stopping_cold_start(policy, learned):
+    """Swap the cold start a warm ShapePandora runs alongside (its cap, ``BLEND_CAP``) for one
+    that never stops: it keeps observing, as it does until its own stop in service."""
+    assert policy._shadow is not None
+    policy._shadow = TailPandora(
+        1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0, prior=learned.xi
+    )
+    return policy
+
+
+def _shape_unreachable(learned):
+    """ShapePandora warm on ``learned`` (trusted: the moment path); parameter uncertainty x50
+    keeps the gain above c = 1e-12."""
+    return lambda: _never_stopping_cold_start(
+        ShapePandora(1e-12, max_samples=10_000, prior=learned, inflation=50.0), learned
+    )
+
+
 def _likelihood_unreachable(learned):
     """ShapePandora on its likelihood path (``warm_requests`` out of reach keeps the moment
     path off) whose cost is set below any gain after construction: every observe takes the path
-    it takes in service. The fit has one mode, so the cold start runs alongside (its cap,
-    ``BLEND_CAP``); it is swapped for one that never stops, which keeps it observing."""
+    it takes in service."""
 
     def make():
         policy = ShapePandora(1e-3, max_samples=10_000, prior=learned, warm_requests=10**9)
-        assert policy.fitted_shape is not None and policy._shadow is not None
+        assert policy.fitted_shape is not None
         policy.cost = -1.0
-        policy._shadow = TailPandora(
-            1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0, prior=learned.xi
-        )
-        return policy
+        return _never_stopping_cold_start(policy, learned)
 
     return make
 
@@ -153,11 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0, prior=learned.xi
         ),
         "TailTargetAcceptance": lambda: TailTargetAcceptance(1.0, max_samples=10_000, kappa_z=50.0),
-        # warm (learned shape, trusted: the moment path); parameter uncertainty x50 keeps the
-        # gain above c = 1e-12
-        "ShapePandora": lambda: ShapePandora(
-            1e-12, max_samples=10_000, prior=learned, inflation=50.0
-        ),
+        # warm (learned shape, trusted: the moment path)
+        "ShapePandora": _shape_unreachable(learned),
         # its likelihood path (where the shape is not trusted)
         "ShapePandora(likelihood)": _likelihood_unreachable(learned),
         "PooledTargetAcceptance": _pooled_unreachable(),

@@ -33,7 +33,9 @@ only until a shared-shape test finds the prompts differ (2026-11-27): fitted to 
 different families it is a blend that fits none of them (``_untrusted_shape``; README,
 "Heterogeneous continuous deployments").
 Where the tests do trust the shape, the moment path below stays: on exponential rewards it
-earned more (long deployments, README).
+earned more (long deployments, README). Whichever learned shape decides, the cold start runs
+alongside and caps the request at ``BLEND_CAP`` times its own stop: a learned shape may search
+further than the request's own tail says, not without end.
 
 Until the prior is trusted - ``warm_requests`` requests, 10 / (1 - alpha) pooled draws, and both
 shared-shape tests passed - or without a prior, the policy is
@@ -555,10 +557,12 @@ class ShapePandora(LearnedShapeCost):
         and scale integrated out by likelihood (:mod:`stoppers.robust.likelihood_cost`) once
         the prior keeps ``LIKELIHOOD_MIN_REQUESTS`` streams, instead of the cold start: a
         two-mode fit where ``TWO_MODE_SHARE`` of its streams are bimodal on their own; a
-        one-mode fit, with the cold start alongside capping the request at ``BLEND_CAP``
-        times its stop, only until a shared-shape test finds the prompts differ. False:
-        the policy of 2026-11-25 (the recorded shape with moment errors where the prompts
-        pass the shared-shape tests, else the cold start).
+        one-mode fit only until a shared-shape test finds the prompts differ. False: the
+        policy of 2026-11-25 (the recorded shape with moment errors where the prompts pass
+        the shared-shape tests, else the cold start).
+
+    Whenever a learned shape decides (either path), the cold start runs alongside and the
+    request stops by ``BLEND_CAP`` times the rewards at which the cold start stopped.
     """
 
     def __init__(
@@ -596,9 +600,9 @@ class ShapePandora(LearnedShapeCost):
         self.shape = shape
         if shape is None and fitted is None:
             self._start_cold(prior)
-        # a one-mode fit decides before the shape is trusted: the cold start runs alongside
-        # and caps the request (BLEND_CAP)
-        self._shadow = self._cold_start(prior) if fitted is not None and fitted.modes == 1 else None
+        # whatever learned shape decides, the cold start runs alongside and caps the request
+        # (BLEND_CAP)
+        self._shadow = self._cold_start(prior) if self._cold is None else None
         self._shadow_stop: int | None = None
         self._eval_n = 0
         self._eval_best = -math.inf
