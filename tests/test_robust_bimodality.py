@@ -121,7 +121,10 @@ def test_a_one_mode_blend_is_capped_at_twice_the_cold_starts_stop(monkeypatch):
     assert capped >= 3  # the blend alone drew (nearly) to the budget
 
 
-def test_every_learned_shape_runs_the_cold_start_alongside():
+def test_every_learned_shape_is_capped_while_the_shape_tests_are_early():
+    """The cold start runs alongside any learned shape for the first EARLY_REQUESTS shape
+    requests (the tests pass blends by chance then); after them only a one-mode fit before
+    trust, which is a blend whenever the prompts differ, is still capped."""
     bimodal = CostShapePrior()
     for row in _rows("mixture", 12, 96, seed=11):
         bimodal.update(row.tolist())
@@ -132,7 +135,21 @@ def test_every_learned_shape_runs_the_cold_start_alongside():
     assert ShapePandora(1e-3, prior=bimodal, likelihood=False)._shadow is None  # cold too
     shared = CostShapePrior()
     rng = np.random.default_rng(12)
-    for _ in range(40):
+    for _ in range(sc.EARLY_REQUESTS - 10):
         shared.update((rng.normal(0.0, 2.0) + rng.normal(0.0, 1.0, 96)).tolist())
     trusted = ShapePandora(1e-3, prior=shared)
     assert trusted.shape is not None and trusted._shadow is not None  # the trusted moment path
+    for _ in range(10):
+        shared.update((rng.normal(0.0, 2.0) + rng.normal(0.0, 1.0, 96)).tolist())
+    assert shared.shape_requests >= sc.EARLY_REQUESTS
+    late = ShapePandora(1e-3, prior=shared)
+    assert late.shape is not None and late._shadow is None
+    one_mode = ShapePandora(1e-3, prior=shared, **UNTRUSTED)
+    assert one_mode.fitted_shape is not None and one_mode.fitted_shape.modes == 1
+    assert one_mode._shadow is not None  # before trust a one-mode fit is always capped
+    for row in _rows("mixture", sc.EARLY_REQUESTS - 12, 96, seed=13):
+        bimodal.update(row.tolist())
+    assert bimodal.shape_requests >= sc.EARLY_REQUESTS
+    late_two = ShapePandora(1e-3, prior=bimodal, **UNTRUSTED)
+    assert late_two.fitted_shape is not None and late_two.fitted_shape.modes == 2
+    assert late_two._shadow is None

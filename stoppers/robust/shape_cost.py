@@ -33,8 +33,9 @@ only until a shared-shape test finds the prompts differ (2026-11-27): fitted to 
 different families it is a blend that fits none of them (``_untrusted_shape``; README,
 "Heterogeneous continuous deployments").
 Where the tests do trust the shape, the moment path below stays: on exponential rewards it
-earned more (long deployments, README). Whichever learned shape decides, the cold start runs
-alongside and caps the request at ``BLEND_CAP`` times its own stop: a learned shape may search
+earned more (long deployments, README). Where the learned shape may be a blend - a one-mode
+fit before trust, any learned shape while the shared-shape tests are early - the cold start runs
+alongside and caps the request at ``BLEND_CAP`` times its own stop: the learned shape may search
 further than the request's own tail says, not without end.
 
 Until the prior is trusted - ``warm_requests`` requests, 10 / (1 - alpha) pooled draws, and both
@@ -151,7 +152,9 @@ LIKELIHOOD_KEY = ("likelihood-shape",)
 # once it has drawn BLEND_CAP times the rewards at which the cold start stopped: the learned
 # shape may search further than the request's own tail says, not without end. Heterogeneous
 # draws gained 0.16-0.36 point at c = 1e-3, single families moved by -0.08 to +0.12 (README
-# "A cap on a one-mode blend").
+# "A cap on a one-mode blend"). The trusted shape and two-mode fits pass the early tests by
+# chance too, so while those are early (EARLY_REQUESTS) they are capped as well: up to +0.15
+# point more on the heterogeneous draws and mixture (``_may_be_blend``).
 BLEND_CAP = 2.0
 
 
@@ -561,7 +564,8 @@ class ShapePandora(LearnedShapeCost):
         policy of 2026-11-25 (the recorded shape with moment errors where the prompts pass
         the shared-shape tests, else the cold start).
 
-    Whenever a learned shape decides (either path), the cold start runs alongside and the
+    Where the learned shape may be a blend (``_may_be_blend``: a one-mode fit before trust,
+    any learned shape in the first ``EARLY_REQUESTS``), the cold start runs alongside and the
     request stops by ``BLEND_CAP`` times the rewards at which the cold start stopped.
     """
 
@@ -600,9 +604,9 @@ class ShapePandora(LearnedShapeCost):
         self.shape = shape
         if shape is None and fitted is None:
             self._start_cold(prior)
-        # whatever learned shape decides, the cold start runs alongside and caps the request
-        # (BLEND_CAP)
-        self._shadow = self._cold_start(prior) if self._cold is None else None
+        # the cold start runs alongside and caps the request (BLEND_CAP) where a learned shape
+        # decides that may be a blend
+        self._shadow = self._cold_start(prior) if _may_be_blend(prior, fitted, shape) else None
         self._shadow_stop: int | None = None
         self._eval_n = 0
         self._eval_best = -math.inf
@@ -718,6 +722,20 @@ def _untrusted_shape(prior: object) -> FittedShape | None:
         share = fitted.two_mode_share
         return fitted if share is None or share >= TWO_MODE_SHARE else None
     return None if _shapes_differ(prior) else fitted
+
+
+def _may_be_blend(prior: object, fitted: FittedShape | None, shape: CostShape | None) -> bool:
+    """Is the learned shape a request decides on possibly a blend of different prompts' shapes,
+    so that the cold start should cap it (``BLEND_CAP``)? A one-mode fit before trust always
+    is; any learned shape (trusted, or a two-mode fit) while the shared-shape tests are early
+    and noisy (``EARLY_REQUESTS``) may be. Capped for the whole deployment, the long mixture
+    and Student-t deployments lost 0.26 / 0.13 point at c = 1e-3 (README "A cap on a one-mode
+    blend")."""
+    if fitted is None and shape is None:
+        return False  # the cold start decides: nothing learned to cap
+    if fitted is not None and fitted.modes == 1:
+        return True
+    return isinstance(prior, CostShapePrior) and prior.shape_requests < EARLY_REQUESTS
 
 
 def dispersion_limit(shape_requests: int) -> float:
