@@ -117,13 +117,17 @@ def _bayes_unreachable(learned):
     return lambda: BayesShapePandora(1e-3, max_samples=10_000, table=never)
 
 
+def _unreachable_tail(xi_prior=None):
+    """TailPandora whose benchmark margin of 50 standard errors keeps kappa_hat out of reach:
+    no early stop (``xi_prior``: the deployment's learned tail-shape distribution)."""
+    return TailPandora(1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0, prior=xi_prior)
+
+
 def _never_stopping_cold_start(policy, learned):
     """Swap the cold start a warm ShapePandora runs alongside (its cap, ``BLEND_CAP``) for one
     that never stops: it keeps observing, as it does until its own stop in service."""
     assert policy._shadow is not None
-    policy._shadow = TailPandora(
-        1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0, prior=learned.xi
-    )
+    policy._shadow = _unreachable_tail(learned.xi)
     return policy
 
 
@@ -160,12 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(40):
         learned.update((rng.normal(0, 2) + rng.standard_t(3.0, 100)).tolist())
     makers = {
-        # A benchmark margin of 50 standard errors keeps kappa_hat out of reach: no early stop.
-        "TailPandora": lambda: TailPandora(1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0),
+        "TailPandora": _unreachable_tail,
         # the default's cold start on a deployment: the tail shape from the learned xi prior
-        "TailPandora+XiPrior": lambda: TailPandora(
-            1e-12, max_samples=10_000, kappa_z=50.0, scale_z=50.0, prior=learned.xi
-        ),
+        "TailPandora+XiPrior": lambda: _unreachable_tail(learned.xi),
         "TailTargetAcceptance": lambda: TailTargetAcceptance(1.0, max_samples=10_000, kappa_z=50.0),
         # warm (learned shape, trusted: the moment path)
         "ShapePandora": _shape_unreachable(learned),
