@@ -124,7 +124,12 @@ def test_streamed_fit_equals_the_batch_fit_of_the_prefix_it_was_made_on(mode):
         refits_before = policy._tracker.refits
         policy.observe(r)
         if policy._tracker.refits != refits_before:
-            batch = fit_tail(sorted(seen), xi0=policy.prior.xi0, prior_weight=policy.prior.weight)
+            batch = fit_tail(
+                sorted(seen),
+                xi0=policy.prior.xi0,
+                prior_weight=policy.prior.weight,
+                precision_weighted=policy.precision_weighted,
+            )
             assert policy._tracker.fit == batch
     assert policy.n == 300
     # Past the exact phase refits are sparse: the streaming cache is doing its job.

@@ -131,3 +131,57 @@ def test_report_builds_tables_from_replay_outputs(tmp_path):
     row = "| normal | 0.001 | 1.125 (1.100) · 0.900 · 30 | **1.125** · 0.900 · 30 | 1.000 · 0.800"
     assert row + " | — | — | — | 40 |" in costs
     assert "| normal | **TailTargetAcceptance** | 0.910 | 12.0 | +0.20 |" in target_table(tmp_path)
+
+
+def test_shape_weight_is_the_estimates_precision_floored_at_the_regular_limit():
+    from stoppers.robust.gpd_tail import shape_weight
+
+    assert shape_weight(20, 0.0) == 20  # the prior's scale: k pseudo-exceedances at xi = 0
+    assert shape_weight(20, 0.4) == 20  # a heavy tail keeps its count: never pulled lighter
+    assert shape_weight(20, -0.3) == pytest.approx(20 / 0.7**2)
+    # below xi = -1/2 the variance formula no longer holds: the weight stops growing there
+    assert shape_weight(20, -0.5) == shape_weight(20, -0.9) == pytest.approx(80.0)
+
+
+def test_precision_weighting_lets_a_bounded_tail_through_and_leaves_a_heavy_one():
+    rng = np.random.default_rng(7)
+    bounded = np.sort(rng.uniform(size=40))  # GPD xi = -1 above any threshold
+    heavy = np.sort(rng.pareto(2.0, size=40))  # xi = 0.5
+    counted = fit_tail(bounded, prior_weight=30.0)
+    weighted = fit_tail(bounded, prior_weight=30.0, precision_weighted=True)
+    _, xi_zs = zhang_stephens_gpd(bounded[-counted.k :] - counted.u)
+    assert xi_zs < -0.5
+    assert xi_zs < weighted.xi < counted.xi < 0.0  # still shrunk, less so
+    assert weighted.endpoint_offset() < counted.endpoint_offset()
+    assert fit_tail(heavy, prior_weight=30.0, precision_weighted=True) == fit_tail(
+        heavy, prior_weight=30.0
+    )
+
+
+def test_only_the_cost_cold_start_weighs_its_shape_by_precision():
+    """The cost rule searched bimodal prompts far past their best N: the mean excess of a
+    threshold below the better mode is large, and the count-weighted shrinkage to xi = 0 made
+    that an unbounded tail. Weighted by precision it stops sooner there (0.77-0.87 of the
+    count-weighted stop over four seeds); target mode keeps the count weight (not measured
+    there)."""
+    from stoppers.robust import TailPandora, TailTargetAcceptance
+
+    class Counted(TailPandora):
+        precision_weighted = False
+
+    assert TailPandora.precision_weighted and not TailTargetAcceptance.precision_weighted
+    rng = np.random.default_rng(11)
+
+    def mean_stop(make, streams):
+        stops = []
+        for stream in streams:
+            policy = make()
+            n = next((i + 1 for i, r in enumerate(stream) if policy.observe(float(r))), 960)
+            stops.append(n)
+        return float(np.mean(stops))
+
+    better = rng.random((20, 960)) < 0.15
+    bimodal = np.where(better, rng.normal(2.5, 0.5, (20, 960)), rng.normal(size=(20, 960)))
+    weighted = mean_stop(lambda: TailPandora(1e-3, max_samples=960), bimodal)
+    counted = mean_stop(lambda: Counted(1e-3, max_samples=960), bimodal)
+    assert weighted < 0.92 * counted

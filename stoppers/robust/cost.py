@@ -64,6 +64,7 @@ class TailPandora(TailPolicy):
     """
 
     all_tied = COST_ALL_TIED
+    precision_weighted = True
 
     def __init__(
         self,

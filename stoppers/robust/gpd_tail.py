@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TailFit", "choose_tail_size", "fit_tail", "zhang_stephens_gpd"]
+__all__ = ["TailFit", "choose_tail_size", "fit_tail", "shape_weight", "zhang_stephens_gpd"]
 
 # Gauss-Legendre nodes and weights on (0, 1) for integrals over a survival probability.
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
@@ -44,6 +44,7 @@ _GL_S = 0.5 * (_GL_NODES + 1.0)
 _GL_W = 0.5 * _GL_WEIGHTS
 
 _XI_MIN, _XI_MAX = -1.0, 0.9
+_MIN_SHAPE_VARIANCE = 0.25  # (1 + xi)^2 at xi = -1/2: see shape_weight
 
 
 def choose_tail_size(n: int) -> int:
@@ -201,6 +202,28 @@ class TailFit:
         return p_above * max(gain, 0.0)
 
 
+def shape_weight(k: int, xi: float) -> float:
+    """The weight of a shape estimate from ``k`` exceedances, in the prior's pseudo-exceedances.
+
+    The GPD shape estimate's asymptotic variance is (1 + xi)^2 / k (Smith 1985; the variance
+    :func:`~stoppers.robust.policy.kappa_offset` uses) and the prior's pseudo-exceedances count
+    at xi = 0, so k exceedances that point to a bounded tail weigh k / (1 + xi)^2. Two limits:
+    the variance is not taken below its value at xi = -1/2, where the likelihood stops being
+    regular, and a heavy tail's estimate keeps the weight k, since pulling a heavy tail towards
+    a light one ends the search where that costs most.
+
+    This is a rule measured to pay, not a posterior: at the 10-40 exceedances of a cold start
+    the Zhang-Stephens estimate's spread does not narrow with xi (k Var = 1.0-1.7 from xi = -0.9
+    to 0, 3,000 GPD samples each), and the exact posterior under the prior's N(0, 0.18^2) did
+    not earn what this does. What it changes: the count weight let a prior of 30
+    pseudo-exceedances turn a request's strongly bounded estimate (a threshold below a better
+    mode, xi ~ -0.8) into an exponential tail whose benchmark lies far beyond the better mode:
+    on `mixture` prompts the cold start alone drew 148 rewards per request where the best fixed
+    N is 61 (README, "Weigh a bounded estimate by its precision").
+    """
+    return k / min(max((1.0 + xi) ** 2, _MIN_SHAPE_VARIANCE), 1.0)
+
+
 def acceptance(d: float) -> float:
     """AR for reward - kappa = d: min(2 e^d / (e^d + 1), 1) (Definition "Acceptance Rate")."""
     if d >= 0.0:
@@ -221,6 +244,7 @@ def fit_tail(
     prior_weight: float = 30.0,
     k: int | None = None,
     posterior: Callable[[np.ndarray], tuple[float | None, float]] | None = None,
+    precision_weighted: bool = False,
 ) -> TailFit | None:
     """Fit :class:`TailFit` to ascending-sorted rewards; None when there is no tail to fit.
 
@@ -234,6 +258,10 @@ def fit_tail(
     None, margin share) from a deployment's learned distribution of xi
     (:meth:`~stoppers.robust.xi_prior.XiPrior.tail_posterior`): a shape replaces the shrinkage
     (None keeps it), and the share becomes the fit's ``margin_share``.
+
+    ``precision_weighted`` weighs the k exceedances by the precision of their estimate
+    (:func:`shape_weight`) instead of as k pseudo-exceedances: evidence of a bounded tail is
+    sharper than evidence of a heavy one, and the fixed weight let the prior erase it.
     """
     values = np.asarray(sorted_rewards, dtype=float)
     n = values.size
@@ -254,7 +282,8 @@ def fit_tail(
             xi = learned
         else:
             _, xi_zs = zhang_stephens_gpd(y)
-            xi = (kk * xi_zs + prior_weight * xi0) / (kk + prior_weight)
+            weight = shape_weight(kk, xi_zs) if precision_weighted else kk
+            xi = (weight * xi_zs + prior_weight * xi0) / (weight + prior_weight)
     xi = min(max(xi, _XI_MIN), _XI_MAX)
     mean_excess = float(y.mean())
     sigma = mean_excess * (1.0 - xi)

@@ -26,6 +26,9 @@ class TailPolicy(StoppingPolicy):
     :class:`~stoppers.robust.TailTargetAcceptance` (not a policy on its own)."""
 
     all_tied = ALL_TIED  # identical rewards that make a point mass (tracker.tied_ceiling)
+    # Shrink the request's tail shape by the precision of its estimate (gpd_tail.shape_weight)
+    # rather than by its exceedance count; cost mode only, where it was measured.
+    precision_weighted = False
 
     def __init__(
         self,
@@ -58,6 +61,7 @@ class TailPolicy(StoppingPolicy):
             prior_weight=self.prior.weight,
             posterior=self.prior.tail_posterior if isinstance(self.prior, XiPrior) else None,
             tie_ceiling=tie_ceiling,
+            precision_weighted=self.precision_weighted,
         )
         self._fit_seen: TailFit | None = None
         self._kappa_off = math.nan

@@ -77,8 +77,10 @@ class TailTracker:
         leave_out_best: bool = LEAVE_OUT_BEST,
         posterior: Callable[[np.ndarray], tuple[float | None, float]] | None = None,
         tie_ceiling: bool = True,
+        precision_weighted: bool = False,
     ) -> None:
         self.leave_out_best = leave_out_best
+        self.precision_weighted = precision_weighted
         self.tie_ceiling = tie_ceiling
         self.posterior = posterior
         self.xi0 = xi0
@@ -129,6 +131,7 @@ class TailTracker:
             xi0=self.xi0,
             prior_weight=self.prior_weight,
             posterior=self.posterior,
+            precision_weighted=self.precision_weighted,
         )
         self._fit_n = n
         self.refits += 1
