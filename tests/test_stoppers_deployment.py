@@ -54,8 +54,9 @@ def test_default_cost_policy_is_tail_pandora_until_the_cost_prior_is_trusted():
         assert isinstance(policy, ShapePandora)
         assert policy.uses_learned_prior == policy.warm  # what the gateway counts
         if not policy.warm:
-            # the cold start decides exactly as TailPandora on the same stream
-            ref = serve(TailPandora(1e-4, max_samples=200), stream)
+            # the cold start decides exactly as TailPandora with the deployment's learned
+            # tail-shape distribution on the same stream
+            ref = serve(TailPandora(1e-4, max_samples=200, prior=prior.xi), stream)
             assert serve(policy, stream).n == ref.n and policy.best == ref.best
         elif warm_at is None:
             warm_at = request
