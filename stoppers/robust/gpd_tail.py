@@ -259,9 +259,9 @@ def fit_tail(
     (:meth:`~stoppers.robust.xi_prior.XiPrior.tail_posterior`): a shape replaces the shrinkage
     (None keeps it), and the share becomes the fit's ``margin_share``.
 
-    ``precision_weighted`` weighs the k exceedances by the precision of their estimate
-    (:func:`shape_weight`) instead of as k pseudo-exceedances: evidence of a bounded tail is
-    sharper than evidence of a heavy one, and the fixed weight let the prior erase it.
+    ``precision_weighted`` weighs the k exceedances by the asymptotic precision of their
+    estimate (:func:`shape_weight`) instead of as k pseudo-exceedances, so that the prior no
+    longer erases a request's strongly bounded estimate: a rule measured to pay (see there).
     """
     values = np.asarray(sorted_rewards, dtype=float)
     n = values.size
