@@ -49,11 +49,19 @@ def test_agrees_with_the_deployment_profit_engine(pool, breakdown):
         orderings=ORDERINGS,
         seed=1,
     )
-    (row,) = profit_rows(deployment_summaries(pool, costs={COST: replay}), (COST,))
+    summaries = deployment_summaries(pool, costs={COST: replay})
+    (row,) = profit_rows(summaries, (COST,))
     assert breakdown.best_fixed_n == row["best_fixed_n"]
     assert breakdown.profit == pytest.approx(row["mean_adaptive_profit"], rel=1e-9)
     assert breakdown.fixed_profit == pytest.approx(row["mean_best_fixed_profit"], rel=1e-9)
     assert breakdown.oracle_profit == pytest.approx(row["mean_oracle_profit"], rel=1e-9)
+    # the spread over prompts from the engine's per-prompt means
+    n = row["best_fixed_n"]
+    adaptive = summaries.policy_acceptance[0] - COST * summaries.policy_samples[0]
+    fixed = summaries.fixed_acceptance[:, n - 1] - COST * np.minimum(n, summaries.budget)
+    se = np.std(adaptive - fixed, ddof=1) / np.sqrt(pool.shape[0]) / fixed.mean()
+    assert breakdown.se_prompts == pytest.approx(se, rel=1e-9)
+    assert 0.0 < breakdown.se_deployments < 1.0
 
 
 def test_paths_partition_the_same_gap_and_the_first_requests_run_the_cold_start(pool, breakdown):
@@ -91,6 +99,9 @@ def test_known_answer_point_masses():
     assert tied.sampling_part == pytest.approx(5 * 31 * COST)
     assert tied.acceptance_part == 0.0
     assert tied.loss_vs_oracle == pytest.approx(tied.loss_vs_fixed)
+    # every request loses exactly 31 c to the fixed N: no spread either way
+    assert b.se_deployments == pytest.approx(0.0, abs=1e-12)
+    assert b.se_prompts == pytest.approx(0.0, abs=1e-12)
 
 
 def test_unknown_policy_is_refused(pool):
@@ -104,6 +115,7 @@ def test_cli_prints_one_block_per_cost(tmp_path, pool, capsys):
     assert main([str(path), "--cost", "0.001", "--cost", "0.01", "--orderings", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("profit per request") == 2
+    assert out.count("over deployments") == 2 and out.count("over prompts") == 2
     assert "loss per deployment by stop reason" in out
 
 

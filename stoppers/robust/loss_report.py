@@ -20,6 +20,10 @@ each group also gets its own profit ratio to the best fixed N on the same reques
 what says whether a 24-prompt deployment's shortfall is its first requests' (nothing learned)
 or the learned rule's.
 
+The profit ratio comes with two standard errors: over the deployments (the prompts held
+fixed: how much of a miss the replay's own noise could explain) and over the prompts (each
+prompt's mean over the deployments: how far a fresh draw of as many prompts could move it).
+
 ``--task-key ARRAY`` keys the priors by a per-prompt label of the file (e.g. ``family``), as
 the gateway's ``X-Pandora-Task`` does, and ``--by task`` groups the requests by that label.
 """
@@ -79,6 +83,11 @@ class LossBreakdown:
     # with task labels: the mean profit of the best fixed N chosen per task in hindsight (a
     # user who knows the tasks could tune N per task: the stricter baseline)
     task_fixed_profit: float | None = None
+    # standard errors of profit / fixed_profit: across the deployments (the prompts fixed; the
+    # replay's own noise) and across the prompts (each prompt's mean over the deployments; how
+    # far a fresh draw of as many prompts from the same family could move the ratio)
+    se_deployments: float = float("nan")
+    se_prompts: float = float("nan")
 
 
 def _policy_maker(
@@ -198,6 +207,10 @@ def loss_breakdown(
                 profit_vs_fixed=float(profit[rows].sum() / fixed_profit[rows].sum()),
             )
         )
+    gap = (profit - fixed_profit).reshape(-1, orderings)  # (prompts, deployments)
+    se_deployments, se_prompts = (
+        _standard_error(gap.mean(axis=axis)) / float(fixed_profit.mean()) for axis in (0, 1)
+    )
     return LossBreakdown(
         cost=float(cost),
         best_fixed_n=best_n,
@@ -208,14 +221,23 @@ def loss_breakdown(
         oracle_samples=float(oracle.n.mean()),
         reasons=tuple(reasons),
         task_fixed_profit=task_fixed_profit,
+        se_deployments=se_deployments,
+        se_prompts=se_prompts,
     )
+
+
+def _standard_error(values: np.ndarray) -> float:
+    """Standard error of the mean of ``values`` (NaN for fewer than two)."""
+    return float(np.std(values, ddof=1) / np.sqrt(values.size)) if values.size > 1 else np.nan
 
 
 def render(b: LossBreakdown, by: str = "reason") -> str:
     lines = [
         f"c = {b.cost:g}: profit per request {b.profit:.4f} = {b.profit / b.fixed_profit:.4f} x "
-        f"best fixed N ({b.best_fixed_n}: {b.fixed_profit:.4f}), {b.profit / b.oracle_profit:.4f} "
-        f"x oracle ({b.oracle_profit:.4f}); samples {b.samples:.1f}, oracle {b.oracle_samples:.1f}"
+        f"best fixed N ({b.best_fixed_n}: {b.fixed_profit:.4f}; standard error "
+        f"{b.se_deployments:.4f} over deployments, {b.se_prompts:.4f} over prompts), "
+        f"{b.profit / b.oracle_profit:.4f} x oracle ({b.oracle_profit:.4f}); samples "
+        f"{b.samples:.1f}, oracle {b.oracle_samples:.1f}"
         + (
             ""
             if b.task_fixed_profit is None
