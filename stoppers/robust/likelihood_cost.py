@@ -183,12 +183,25 @@ class FittedShape:
         N(scale_mu, 1 / scale_precision), on 15 x 15 nodes +-5 normal-theory standard errors
         around the mean and log sd; nodes under a millionth of the top node's weight dropped.
         """
+        m, s, log_post = self.log_posterior(rewards, scale_mu, scale_precision)
+        w = np.exp(log_post - log_post.max())
+        keep = w > 1e-6  # nodes with under a millionth of the top node's weight add nothing
+        return m[keep], s[keep], w[keep] / w[keep].sum()
+
+    def log_posterior(
+        self, rewards: np.ndarray, scale_mu: float, scale_precision: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(m, s, log weight) at every node of :meth:`posterior`'s grid, unnormalised: the log
+        likelihood plus the log-sd prior plus the log of the node's cell in log s (the grid's
+        log-s step depends on the shape's kurtosis), so that the weights' sum is comparable
+        across shapes - the evidence a mixture of shapes weighs its components by."""
         x = np.asarray(rewards, dtype=np.float64)
         n = x.size
         mean = float(x.mean())
         sd = float(x.std(ddof=1))
         m = mean + _NODE_M * sd / math.sqrt(n)
-        log_s = math.log(sd) + _NODE_L / math.sqrt(self.sd_precision * (n - 1))
+        root = math.sqrt(self.sd_precision * (n - 1))  # log s step: 1 / root (x grid step)
+        log_s = math.log(sd) + _NODE_L / root
         s = np.exp(log_s)
         # log f linear between bin centres: a step density would make the likelihood jump as
         # rewards cross bin edges (a jagged posterior once n is in the hundreds)
@@ -200,9 +213,7 @@ class FittedShape:
         terms = (1.0 - t) * log_f[i] + t * log_f[i + 1]
         log_post = (terms.sum(axis=1) if counts is None else terms @ counts) - n * log_s
         log_post -= 0.5 * scale_precision * (log_s - scale_mu) ** 2
-        w = np.exp(log_post - log_post.max())
-        keep = w > 1e-6  # nodes with under a millionth of the top node's weight add nothing
-        return m[keep], s[keep], w[keep] / w[keep].sum()
+        return m, s, log_post - math.log(root)
 
     def node_gains(self, m: np.ndarray, s: np.ndarray, best: float, z_alpha: float) -> np.ndarray:
         """E[(AR(m + sZ - kappa) - AR(best - kappa))+] at each node, kappa = m + s z_alpha: the

@@ -41,12 +41,21 @@ from stoppers.base import StoppingPolicy
 from stoppers.deployment import DeploymentPrior
 from stoppers.faircap import acceptance_rate
 from stoppers.replay.baselines import fixed_best, oracle_outcome
+from stoppers.replay.batch import PromptBatch
 from stoppers.replay.deployment import deployment_batch, replay_deployment
 from stoppers.replay.loaders import load_task_labels
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.shape_cost import ShapePandora
 
-__all__ = ["LossBreakdown", "ReasonLoss", "decision_path", "loss_breakdown", "main"]
+__all__ = [
+    "LossBreakdown",
+    "ReasonLoss",
+    "decision_path",
+    "fixed_profits",
+    "loss_breakdown",
+    "main",
+    "ratio_standard_errors",
+]
 
 POLICIES = ("default", "tail")
 GROUPINGS = ("reason", "path", "task")
@@ -164,8 +173,7 @@ def loss_breakdown(
     profit = ar - cost * outcome.n
 
     prefix = fixed_best(batch)  # (rows, horizon)
-    drawn = np.minimum(np.arange(1, batch.horizon + 1)[None, :], batch.budget[:, None])
-    fixed = acceptance_rate(prefix, batch.kappa[:, None]) - cost * drawn
+    fixed = fixed_profits(batch, cost, prefix)
     best_n = int(np.argmax(fixed.mean(axis=0))) + 1
     fixed_profit = fixed[:, best_n - 1]
 
@@ -207,10 +215,7 @@ def loss_breakdown(
                 profit_vs_fixed=float(profit[rows].sum() / fixed_profit[rows].sum()),
             )
         )
-    gap = (profit - fixed_profit).reshape(-1, orderings)  # (prompts, deployments)
-    se_deployments, se_prompts = (
-        _standard_error(gap.mean(axis=axis)) / float(fixed_profit.mean()) for axis in (0, 1)
-    )
+    se_deployments, se_prompts = ratio_standard_errors(profit, fixed_profit, orderings)
     return LossBreakdown(
         cost=float(cost),
         best_fixed_n=best_n,
@@ -224,6 +229,24 @@ def loss_breakdown(
         se_deployments=se_deployments,
         se_prompts=se_prompts,
     )
+
+
+def fixed_profits(batch: PromptBatch, cost: float, prefix: np.ndarray | None = None) -> np.ndarray:
+    """(rows, horizon): each stream's profit AR(best of the first N) - c N for every N (past a
+    row's budget Best-of-N draws, and pays for, the budget); ``prefix`` is ``fixed_best``."""
+    prefix = fixed_best(batch) if prefix is None else prefix
+    drawn = np.minimum(np.arange(1, batch.horizon + 1)[None, :], batch.budget[:, None])
+    return acceptance_rate(prefix, batch.kappa[:, None]) - cost * drawn
+
+
+def ratio_standard_errors(
+    profit: np.ndarray, fixed_profit: np.ndarray, orderings: int
+) -> tuple[float, float]:
+    """Standard errors of mean(profit) / mean(fixed_profit) over the deployments and over the
+    prompts (rows in batch layout: prompt * orderings + ordering)."""
+    gap = (np.asarray(profit) - np.asarray(fixed_profit)).reshape(-1, orderings)
+    scale = float(np.mean(fixed_profit))
+    return _standard_error(gap.mean(axis=0)) / scale, _standard_error(gap.mean(axis=1)) / scale
 
 
 def _standard_error(values: np.ndarray) -> float:
