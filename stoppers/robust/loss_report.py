@@ -52,6 +52,7 @@ __all__ = [
     "ReasonLoss",
     "decision_path",
     "fixed_profits",
+    "load_pool",
     "loss_breakdown",
     "main",
     "ratio_standard_errors",
@@ -281,6 +282,20 @@ def render(b: LossBreakdown, by: str = "reason") -> str:
     return "\n".join(lines)
 
 
+def load_pool(
+    file: str, label_key: str | None = None, prompts: int | None = None
+) -> tuple[np.ndarray, list[str] | None]:
+    """A pool's rewards (prompts x samples) and, with ``label_key``, its per-prompt labels;
+    the first ``prompts`` prompts only when given."""
+    with np.load(file) as data:
+        rewards = np.asarray(data["rewards"], dtype=np.float64)
+    labels = load_task_labels(file, label_key) if label_key else None
+    if prompts is not None:
+        rewards = rewards[:prompts]
+        labels = None if labels is None else labels[:prompts]
+    return rewards, labels
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", help=".npz with a 'rewards' (prompts x samples) array")
@@ -310,12 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.by == "task" and args.task_key is None:
         parser.error("--by task needs --task-key")
-    with np.load(args.file) as data:
-        rewards = np.asarray(data["rewards"], dtype=np.float64)
-    tasks = load_task_labels(args.file, args.task_key) if args.task_key else None
-    if args.prompts is not None:
-        rewards = rewards[: args.prompts]
-        tasks = None if tasks is None else tasks[: args.prompts]
+    rewards, tasks = load_pool(args.file, args.task_key, args.prompts)
     for cost in args.cost:
         b = loss_breakdown(
             rewards,

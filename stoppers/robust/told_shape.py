@@ -39,9 +39,8 @@ import numpy as np
 
 from stoppers.faircap import acceptance_rate
 from stoppers.replay.deployment import deployment_batch
-from stoppers.replay.loaders import load_task_labels
 from stoppers.robust.likelihood_cost import EDGES, FittedShape
-from stoppers.robust.loss_report import fixed_profits, ratio_standard_errors
+from stoppers.robust.loss_report import fixed_profits, load_pool, ratio_standard_errors
 from stoppers.robust.policy import DEFAULT_MIN_SAMPLES
 from stoppers.robust.shape_cost import evaluation_due
 
@@ -217,12 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-samples", type=int)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    with np.load(args.file) as data:
-        rewards = np.asarray(data["rewards"], dtype=np.float64)
-    labels = load_task_labels(args.file, args.label_key) if args.label_key else None
-    if args.prompts is not None:
-        rewards = rewards[: args.prompts]
-        labels = None if labels is None else labels[: args.prompts]
+    rewards, labels = load_pool(args.file, args.label_key, args.prompts)
     if labels is None and {"label", "mixture"} & set(args.shape):
         parser.error("--shape label / mixture need --label-key")
     for mode in args.shape:
