@@ -175,6 +175,26 @@ def test_target_report_runs_and_renders(tmp_path):
     assert 0.0 < warm["mean_acceptance"] <= 1.0 and len(warm["by_spread"]) == 3
     spread = target_report.render_spread_table(out, ["p"])
     assert spread.count("| p |") == 2  # pooled (warm) + paper
+    # per-prompt values behind the medians, and their errors
+    cell = data["rows"]["0.9"]["all"]
+    assert len(cell["prompt_achieved"]) == len(cell["prompt_save"]) == 14
+    assert np.nanmedian(cell["prompt_achieved"]) == pytest.approx(cell["achieved_acceptance"])
+    assert np.nanmedian(cell["prompt_save"]) == pytest.approx(cell["save_ratio"])
+    errors = target_report.render_errors(out, ["p"])
+    assert errors.count("| p |") == 4  # pooled all / warm / cold + paper
+    assert target_report.main(["table", "--errors", "--out", str(out), "p"]) == 0
+
+
+def test_median_error_is_the_bootstrap_spread_of_the_median():
+    from stoppers.robust import target_report
+
+    x = np.random.default_rng(5).normal(size=400)
+    # the median of n normal draws has sd sqrt(pi / 2) / sqrt(n)
+    assert target_report.median_error(x) == pytest.approx(np.sqrt(np.pi / 2 / 400), rel=0.2)
+    assert target_report.median_error(np.full(30, 0.7)) == pytest.approx(0.0, abs=1e-12)
+    assert np.isnan(target_report.median_error([0.5, np.nan]))
+    with_nan = np.append(x, [np.nan] * 50)
+    assert target_report.median_error(with_nan) == target_report.median_error(x)
 
 
 def test_target_report_thirds_split_prompts_by_spread():

@@ -24,7 +24,14 @@ import numpy as np
 
 from stoppers.replay.engine import PromptSummaries
 
-__all__ = ["distribution", "matched_fixed_n", "profit_rows", "savings_rows", "winrate_rows"]
+__all__ = [
+    "distribution",
+    "matched_fixed_n",
+    "profit_rows",
+    "prompt_saves",
+    "savings_rows",
+    "winrate_rows",
+]
 
 
 def distribution(values: np.ndarray) -> dict[str, float | int | None]:
@@ -133,17 +140,24 @@ def matched_fixed_n(curve: np.ndarray, achieved: float) -> tuple[float, bool]:
     return float(n - 1 + frac), False
 
 
+def prompt_saves(s: PromptSummaries, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per prompt at the k-th target: (save ratio (N* - n) / N*, N*, censored), N* the fixed N
+    whose acceptance reaches what the policy delivered on that prompt."""
+    achieved = s.target_acceptance[k]
+    matched = np.empty(s.prompts)
+    censored = np.zeros(s.prompts, dtype=bool)
+    for i in range(s.prompts):
+        curve = s.fixed_acceptance[i, : s.budget[i]]
+        matched[i], censored[i] = matched_fixed_n(curve, achieved[i])
+    return (matched - s.target_samples[k]) / matched, matched, censored
+
+
 def savings_rows(s: PromptSummaries) -> list[dict]:
     rows = []
     for k, target in enumerate(s.targets):
         achieved = s.target_acceptance[k]
         samples = s.target_samples[k]
-        matched = np.empty(s.prompts)
-        censored = np.zeros(s.prompts, dtype=bool)
-        for i in range(s.prompts):
-            curve = s.fixed_acceptance[i, : s.budget[i]]
-            matched[i], censored[i] = matched_fixed_n(curve, achieved[i])
-        save = (matched - samples) / matched
+        save, matched, censored = prompt_saves(s, k)
         stats = {
             "achieved_acceptance": distribution(achieved),
             "mean_samples": distribution(samples),

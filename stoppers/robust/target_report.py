@@ -40,7 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -64,6 +64,8 @@ __all__ = [
     "PoolShapeOracle",
     "acceptance_floor",
     "main",
+    "median_error",
+    "render_errors",
     "render_floor",
     "render_spread_table",
     "render_table",
@@ -176,7 +178,7 @@ def run_one(
     ``tasks`` (one label per prompt) gives each label its own prior, as ``X-Pandora-Task``
     does; "warm" then counts the prompt's own task's prior."""
     from stoppers.replay.deployment import deployment_summaries, replay_deployment
-    from stoppers.replay.experiments import savings_rows
+    from stoppers.replay.experiments import prompt_saves, savings_rows
     from stoppers.robust.pooled_target import COLD_START
 
     budget = max_samples or rewards.shape[1]
@@ -209,10 +211,58 @@ def run_one(
             per_prompt = summaries.target_acceptance[0]
             rows[name]["mean_acceptance"] = _nanmean(per_prompt)
             rows[name]["by_spread"] = [_nanmean(per_prompt[third]) for third in thirds]
+            # per prompt (NaN: no position of this part), for the medians' errors (--errors)
+            rows[name]["prompt_achieved"] = per_prompt.tolist()
+            rows[name]["prompt_save"] = prompt_saves(summaries, 0)[0].tolist()
         reasons, counts = np.unique(run.reason, return_counts=True)
         rows["reasons"] = dict(zip(reasons.tolist(), counts.tolist(), strict=True))
         out[str(target)] = rows
     return out
+
+
+def median_error(values: Sequence[float], *, resamples: int = 2000, seed: int = 0) -> float:
+    """Bootstrap standard error of the median over prompts (NaN entries ignored): how far a
+    fresh draw of as many prompts from the same family could move a table's median. NaN for
+    fewer than two prompts."""
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size < 2:
+        return float("nan")
+    draws = np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))
+    return float(np.median(x[draws], axis=1).std(ddof=1))
+
+
+def render_errors(directory: Path, pools: list[str]) -> str:
+    """Per pool, policy and part: each target's median achieved and median save with their
+    bootstrap standard errors over prompts (reports written before 2026-11-27 have no
+    per-prompt values and are skipped)."""
+    head = "achieved at " + " / ".join(f"{t:g}" for t in TARGETS)
+    lines = [
+        f"| pool | policy | part | {head} (standard error) | save (standard error) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for pool in pools:
+        for policy in POLICIES:
+            data = _report(directory, pool, policy)
+            if data is None:
+                continue
+            rows = data["rows"]
+            for part in ("all", "warm", "cold"):
+                cells = [rows[str(t)].get(part) for t in TARGETS]
+                if any(c is None or "prompt_achieved" not in c for c in cells):
+                    continue
+                achieved = " / ".join(_median_with_error(c["prompt_achieved"]) for c in cells)
+                save = " / ".join(_median_with_error(c["prompt_save"], signed=True) for c in cells)
+                lines.append(f"| {pool} | {LABELS[policy]} | {part} | {achieved} | {save} |")
+    return "\n".join(lines)
+
+
+def _median_with_error(values: Sequence[float], *, signed: bool = False) -> str:
+    x = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(x).any():
+        return "-"
+    median = float(np.nanmedian(x))
+    return f"{median:{'+' if signed else ''}.3f} ({median_error(x):.3f})"
 
 
 def acceptance_floor(
@@ -430,6 +480,11 @@ def main(argv: list[str] | None = None) -> int:
     table.add_argument(
         "--spread", action="store_true", help="the per-spread table (median, mean, thirds)"
     )
+    table.add_argument(
+        "--errors",
+        action="store_true",
+        help="the medians with their bootstrap standard errors over prompts",
+    )
     floor = sub.add_parser("floor", help="the acceptance no rule can go below, per min_samples")
     floor.add_argument("file", help=".npz with a 'rewards' (prompts x samples) array")
     _add_stream_options(floor, min_samples="2,4,8")
@@ -451,7 +506,9 @@ def main(argv: list[str] | None = None) -> int:
         print(render_bound(pools, TARGETS, sizes, **streams))
         return 0
     if args.command == "table":
-        render = render_spread_table if args.spread else render_table
+        render = (
+            render_errors if args.errors else render_spread_table if args.spread else render_table
+        )
         print(render(Path(args.out), args.pools))
         if args.figure:
             write_figure(Path(args.out), args.pools, Path(args.figure))
