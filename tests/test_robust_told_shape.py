@@ -111,6 +111,13 @@ def test_told_each_prompts_family_beats_the_blend(two_families):
     assert told["label"].best_fixed_n == told["pooled"].best_fixed_n  # the same streams
     assert told["label"].fixed_profit == told["pooled"].fixed_profit
     assert told["label"].ratio > told["pooled"].ratio
+    split = replay_told(rows, told_mixtures(rows, "pooled"), 1e-3, orderings=4, labels=labels)
+    assert split.profit == told["pooled"].profit
+    assert set(split.by_label) == {"normal", "student-t"}
+    # the labels' requests split the profit and the samples
+    (r_n, n_n), (r_t, n_t) = split.by_label["normal"], split.by_label["student-t"]
+    assert (n_n + n_t) / 2 == pytest.approx(split.samples)
+    assert min(r_n, r_t) <= split.ratio <= max(r_n, r_t)
     for r in told.values():
         assert 8 <= r.samples <= 480
         assert 0.0 < r.se_deployments < 0.5 and 0.0 < r.se_prompts < 0.5
@@ -124,5 +131,6 @@ def test_cli(tmp_path, two_families, capsys):
     assert main([*args, "--shape", "own", "--shape", "mixture", "--label-key", "family"]) == 0
     out = capsys.readouterr().out
     assert out.count("x best fixed N") == 2 and out.startswith("own")
+    assert out.count("x the same fixed N on its requests") == 4  # two labels, two modes
     with pytest.raises(SystemExit):
         main([*args, "--shape", "label"])

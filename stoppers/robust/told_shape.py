@@ -33,7 +33,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -141,6 +141,8 @@ class ToldResult:
     samples: float
     se_deployments: float
     se_prompts: float
+    # with labels: per label, (its requests' profit / the best fixed N's on them, mean samples)
+    by_label: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
@@ -156,8 +158,10 @@ def replay_told(
     seed: int = 0,
     min_samples: int = DEFAULT_MIN_SAMPLES,
     max_samples: int | None = None,
+    labels: Sequence[str] | None = None,
 ) -> ToldResult:
-    """Replay the told likelihood rule on the streams the deployment replays serve."""
+    """Replay the told likelihood rule on the streams the deployment replays serve; with
+    ``labels`` (one per prompt) also split by label (:attr:`ToldResult.by_label`)."""
     rows = np.asarray(rewards, dtype=np.float64)
     batch = deployment_batch(rows, orderings=orderings, seed=seed, max_samples=max_samples)
     log_sd = np.log(rows.std(axis=1, ddof=1))
@@ -175,15 +179,24 @@ def replay_told(
     profit = acceptance_rate(kept, batch.kappa) - cost * n_used
     fixed = fixed_profits(batch, cost)
     best_n = int(np.argmax(fixed.mean(axis=0))) + 1
-    se_deployments, se_prompts = ratio_standard_errors(profit, fixed[:, best_n - 1], orderings)
+    fixed_profit = fixed[:, best_n - 1]
+    se_deployments, se_prompts = ratio_standard_errors(profit, fixed_profit, orderings)
+    by_label = {}
+    if labels is not None:
+        row_labels = np.asarray(labels, dtype=object)[batch.prompt]
+        for name in sorted(set(row_labels.tolist())):
+            on = row_labels == name
+            ratio = float(profit[on].sum() / fixed_profit[on].sum())
+            by_label[name] = (ratio, float(n_used[on].mean()))
     return ToldResult(
         cost=float(cost),
         profit=float(profit.mean()),
-        fixed_profit=float(fixed[:, best_n - 1].mean()),
+        fixed_profit=float(fixed_profit.mean()),
         best_fixed_n=best_n,
         samples=float(n_used.mean()),
         se_deployments=se_deployments,
         se_prompts=se_prompts,
+        by_label=by_label,
     )
 
 
@@ -229,12 +242,18 @@ def main(argv: list[str] | None = None) -> int:
                 orderings=args.orderings,
                 seed=args.seed,
                 max_samples=args.max_samples,
+                labels=labels,
             )
             print(
                 f"{mode:<8} c = {cost:g}: {r.ratio:.4f} x best fixed N ({r.best_fixed_n}; "
                 f"standard error {r.se_deployments:.4f} over deployments, {r.se_prompts:.4f} "
                 f"over prompts); samples {r.samples:.1f}"
             )
+            for name, (ratio, samples) in r.by_label.items():
+                print(
+                    f"  {name:<14} {ratio:.4f} x the same fixed N on its requests; "
+                    f"samples {samples:.1f}"
+                )
     return 0
 
 
