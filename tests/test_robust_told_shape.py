@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 
 from stoppers.replay.synth import SynthSpec, generate
-from stoppers.robust.likelihood_cost import EDGES, FittedShape
-from stoppers.robust.told_shape import ShapeMixture, main, replay_told, told_mixtures
+from stoppers.robust.likelihood_cost import CENTRES, EDGES, FittedShape
+from stoppers.robust.told_shape import (
+    WEIGHT_FACTORS,
+    ShapeMixture,
+    main,
+    replay_told,
+    told_mixtures,
+    weight_family,
+)
 
 PRIOR = (0.0, 4.0)  # scale_mu, scale_precision
 
@@ -132,5 +139,38 @@ def test_cli(tmp_path, two_families, capsys):
     out = capsys.readouterr().out
     assert out.count("x best fixed N") == 2 and out.startswith("own")
     assert out.count("x the same fixed N on its requests") == 4  # two labels, two modes
-    with pytest.raises(SystemExit):
-        main([*args, "--shape", "label"])
+    # without labels every prompt has one: the pooled shape
+    assert main([*args, "--shape", "label", "--shape", "pooled"]) == 0
+    label, pooled = capsys.readouterr().out.strip().splitlines()[::2]
+    assert label.split("x best")[0].split(":")[1] == pooled.split("x best")[0].split(":")[1]
+
+
+def test_weight_family_leaves_the_better_modes_weight_to_the_request():
+    """A two-mode shape becomes shapes that share its two modes and differ in how often the
+    better one comes; each re-standardised. The request's evidence picks its own weight."""
+    rng = np.random.default_rng(7)
+
+    def two_mode(weight: float, size: int) -> np.ndarray:
+        return np.where(
+            rng.random(size) < weight, rng.normal(2.5, 0.5, size), rng.normal(size=size)
+        )
+
+    pooled = _shape(np.concatenate([two_mode(w, 50_000) for w in (0.1, 0.25, 0.4)]) / 1.4)
+    family = weight_family(pooled)
+    assert len(family.shapes) == len(WEIGHT_FACTORS)
+    means = [float(s.p @ CENTRES) for s in family.shapes]
+    sds = [
+        float(np.sqrt(s.p @ (CENTRES - m) ** 2)) for s, m in zip(family.shapes, means, strict=True)
+    ]
+    np.testing.assert_allclose(means, 0.0, atol=0.01)
+    np.testing.assert_allclose(sds, 1.0, atol=0.01)
+    # a rarer better mode puts the benchmark quantile further out, in standardised units
+    quantiles = [s.quantile(0.99) for s in family.shapes]
+    assert quantiles == sorted(quantiles, reverse=True) and quantiles[0] > quantiles[-1] + 0.5
+    # rewards with a rare better mode favour the low weights, a frequent one the high weights
+    for weight, side in ((0.1, slice(None, 3)), (0.4, slice(4, None))):
+        shares = family.shares(3.0 + 2.0 * two_mode(weight, 400), *PRIOR)
+        assert shares[side].sum() > 0.8
+    # one mode: nothing to re-weight
+    normal = _shape(rng.standard_normal(100_000))
+    assert weight_family(normal).shapes == (normal,)

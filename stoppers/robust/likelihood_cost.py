@@ -42,6 +42,8 @@ __all__ = [
     "TIED_MAX",
     "FittedShape",
     "count_modes",
+    "mode_peaks",
+    "mode_split",
     "sd_precision",
     "stream_ties",
     "tied_fraction",
@@ -100,9 +102,12 @@ def count_modes(p: np.ndarray) -> int:
     """Modes of the shape with probabilities ``p`` on the bins ``EDGES`` (see ``MODE_DIP``):
     a bimodal shape is where the moment errors of a request's location and scale mislead
     (its sd mixes the modes), so the cost default decides such shapes on the likelihood."""
-    d = ndimage.gaussian_filter1d(
-        np.asarray(p, float) / WIDTH, MODE_SMOOTHING / WIDTH, mode="constant"
-    )
+    return len(mode_peaks(p))
+
+
+def mode_peaks(p: np.ndarray) -> list[int]:
+    """Bin indices of the modes :func:`count_modes` counts, in ascending order."""
+    d = _smoothed(p)
     inner = d[1:-1]
     peaks = np.flatnonzero(
         (inner >= d[:-2]) & (inner > d[2:]) & (inner >= MODE_MIN_HEIGHT * d.max())
@@ -114,7 +119,25 @@ def count_modes(p: np.ndarray) -> int:
                 kept[-1] = i  # no real dip between them: one mode, at the higher peak
             continue
         kept.append(i)
-    return len(kept)
+    return kept
+
+
+def _smoothed(p: np.ndarray) -> np.ndarray:
+    """The density of ``p`` smoothed by a Gaussian of sd ``MODE_SMOOTHING``."""
+    return ndimage.gaussian_filter1d(
+        np.asarray(p, float) / WIDTH, MODE_SMOOTHING / WIDTH, mode="constant"
+    )
+
+
+def mode_split(p: np.ndarray) -> int | None:
+    """The bin where a shape with several modes divides into its top mode and the rest: the
+    lowest point of the smoothed density between the top two modes (None for one mode)."""
+    peaks = mode_peaks(p)
+    if len(peaks) < 2:
+        return None
+    d = _smoothed(p)
+    lo, hi = peaks[-2], peaks[-1]
+    return lo + int(np.argmin(d[lo : hi + 1]))
 
 
 def sd_precision(z: np.ndarray, p: np.ndarray) -> float:

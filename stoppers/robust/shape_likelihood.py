@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import ndimage, optimize, special
 
-__all__ = ["MIN_STREAM", "fit_shape"]
+__all__ = ["MIN_STREAM", "fit_shape", "standardise_shape"]
 
 MIN_STREAM = 4  # rewards a stream needs before its sd says anything
 NODES = np.linspace(-6.0, 6.0, 13)  # nuisance grid, in normal-theory standard errors
@@ -64,7 +64,7 @@ def fit_shape(
     width = (EM_HI - EM_LO) / EM_BINS
     f = np.diff(special.ndtr(em_edges))  # start from the normal shape
     for _ in range(iterations):
-        f = _standardise(_em_step(data, f / f.sum(), width, smoothing), em_edges)
+        f = standardise_shape(_em_step(data, f / f.sum(), width, smoothing), em_edges)
     shape = _rebin(f, em_edges, edges)
     return _gpd_tail(shape, edges, tail_mass)
 
@@ -117,7 +117,7 @@ def _em_step(data: _Nodes, f: np.ndarray, width: float, smoothing: float) -> np.
     return ndimage.gaussian_filter1d(counts, smoothing / width, mode="constant")
 
 
-def _standardise(f: np.ndarray, edges: np.ndarray) -> np.ndarray:
+def standardise_shape(f: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """f re-binned as the law of (Z - mean) / sd: the shape is only defined up to location and
     scale (each stream's own are integrated out), so it is pinned to mean 0 and sd 1."""
     p = f / f.sum()

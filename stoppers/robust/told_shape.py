@@ -17,6 +17,12 @@ has them, so this is report-only:
 * ``label``: the pooled standardised rewards of the prompts with the prompt's label (e.g. its
   family: the shape a per-task prior would learn given time);
 * ``pooled``: one shape of all the prompts (the blend);
+* ``weight``: the label shape, except that where it has several modes the request's own
+  weight of the better mode is integrated out with its location and scale: the shape is cut
+  at the dip below its top mode (:func:`~stoppers.robust.likelihood_cost.mode_split`) and
+  re-weighted, ``(1 - w) bulk + w better``, re-standardised, w the pooled weight times
+  ``WEIGHT_FACTORS`` (equal prior weights). Two-mode prompts differ in how often the better
+  mode comes, so even their own family's pooled shape misleads them (README);
 * ``mixture``: the label shapes as one mixture, weighted by the labels' shares; the request's
   posterior runs over (shape, m, log s), each shape weighed by its evidence
   (:meth:`~stoppers.robust.likelihood_cost.FittedShape.log_posterior`) and judged against its
@@ -33,20 +39,32 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from stoppers.faircap import acceptance_rate
 from stoppers.replay.deployment import deployment_batch
-from stoppers.robust.likelihood_cost import EDGES, FittedShape
+from stoppers.robust.likelihood_cost import EDGES, FittedShape, mode_split
 from stoppers.robust.loss_report import fixed_profits, load_pool, ratio_standard_errors
 from stoppers.robust.policy import DEFAULT_MIN_SAMPLES
 from stoppers.robust.shape_cost import evaluation_due
+from stoppers.robust.shape_likelihood import standardise_shape
 
-__all__ = ["MODES", "ShapeMixture", "ToldResult", "main", "replay_told", "told_mixtures"]
+__all__ = [
+    "MODES",
+    "WEIGHT_FACTORS",
+    "ShapeMixture",
+    "ToldResult",
+    "main",
+    "replay_told",
+    "told_mixtures",
+    "weight_family",
+]
 
-MODES = ("own", "label", "pooled", "mixture")
+MODES = ("own", "label", "weight", "pooled", "mixture")
+# the better mode's weight, relative to the pooled shape's: 0.4x to 2.5x, evenly in log
+WEIGHT_FACTORS = tuple(float(f) for f in np.geomspace(0.4, 2.5, 7))
 _KEEP = 1e-6  # nodes under this share of the top node's weight add nothing (as `posterior`)
 
 
@@ -105,6 +123,22 @@ def _shape_of(rows: np.ndarray) -> FittedShape:
     return FittedShape(p=p, requests=rows.shape[0], streams=rows.shape[0], tied=0.0)
 
 
+def weight_family(shape: FittedShape, factors: Sequence[float] = WEIGHT_FACTORS) -> ShapeMixture:
+    """``shape`` with the better mode's weight left to the request (module docstring, mode
+    ``weight``); a one-mode shape as it is."""
+    cut = mode_split(shape.p)
+    if cut is None:
+        return ShapeMixture((shape,), (1.0,))
+    bulk, better = shape.p[:cut], shape.p[cut:]
+    pooled = float(better.sum())
+    shapes = []
+    for factor in factors:
+        w = min(max(pooled * factor, 1e-3), 1.0 - 1e-3)
+        q = np.concatenate([(1.0 - w) * bulk / bulk.sum(), w * better / pooled])
+        shapes.append(replace(shape, p=standardise_shape(q, EDGES)))
+    return ShapeMixture(tuple(shapes), tuple([1.0 / len(shapes)] * len(shapes)))
+
+
 def told_mixtures(
     rewards: np.ndarray, mode: str, labels: Sequence[str] | None = None
 ) -> list[ShapeMixture]:
@@ -125,6 +159,9 @@ def told_mixtures(
     shapes = {name: _shape_of(rows[tags == name]) for name in names}
     if mode == "label":
         return [ShapeMixture((shapes[t],), (1.0,)) for t in tags]
+    if mode == "weight":
+        families = {name: weight_family(shape) for name, shape in shapes.items()}
+        return [families[t] for t in tags]
     shares = tuple(float(np.mean(tags == name)) for name in names)
     mixture = ShapeMixture(tuple(shapes[name] for name in names), shares)
     return [mixture] * len(rows)
@@ -223,15 +260,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("file", help=".npz with a 'rewards' (prompts x samples) array")
     parser.add_argument("--cost", type=float, action="append", required=True, help="repeatable")
     parser.add_argument("--shape", choices=MODES, action="append", required=True, help="repeatable")
-    parser.add_argument("--label-key", metavar="ARRAY", help="per-prompt labels (label, mixture)")
+    parser.add_argument(
+        "--label-key",
+        metavar="ARRAY",
+        help="per-prompt labels (label, weight, mixture; without it one label for all prompts)",
+    )
     parser.add_argument("--prompts", type=int, help="first N prompts")
     parser.add_argument("--orderings", type=int, default=30)
     parser.add_argument("--max-samples", type=int)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     rewards, labels = load_pool(args.file, args.label_key, args.prompts)
-    if labels is None and {"label", "mixture"} & set(args.shape):
-        parser.error("--shape label / mixture need --label-key")
+    if labels is None and {"label", "weight", "mixture"} & set(args.shape):
+        labels = ["all"] * len(rewards)  # one label: the pooled shape
     for mode in args.shape:
         mixtures = told_mixtures(rewards, mode, labels)
         for cost in args.cost:
