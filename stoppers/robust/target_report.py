@@ -40,7 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -241,19 +241,14 @@ def render_errors(directory: Path, pools: list[str]) -> str:
         f"| pool | policy | part | {head} (standard error) | save (standard error) |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for pool in pools:
-        for policy in POLICIES:
-            data = _report(directory, pool, policy)
-            if data is None:
+    for pool, policy, data in _reports(directory, pools):
+        for part in ("all", "warm", "cold"):
+            cells = [data["rows"][str(t)].get(part) for t in TARGETS]
+            if any(c is None or "prompt_achieved" not in c for c in cells):
                 continue
-            rows = data["rows"]
-            for part in ("all", "warm", "cold"):
-                cells = [rows[str(t)].get(part) for t in TARGETS]
-                if any(c is None or "prompt_achieved" not in c for c in cells):
-                    continue
-                achieved = " / ".join(_median_with_error(c["prompt_achieved"]) for c in cells)
-                save = " / ".join(_median_with_error(c["prompt_save"], signed=True) for c in cells)
-                lines.append(f"| {pool} | {LABELS[policy]} | {part} | {achieved} | {save} |")
+            achieved = " / ".join(_median_with_error(c["prompt_achieved"]) for c in cells)
+            save = " / ".join(_median_with_error(c["prompt_save"], signed=True) for c in cells)
+            lines.append(f"| {pool} | {LABELS[policy]} | {part} | {achieved} | {save} |")
     return "\n".join(lines)
 
 
@@ -322,6 +317,15 @@ def render_floor(
     return "\n".join(lines)
 
 
+def _reports(directory: Path, pools: list[str]) -> Iterator[tuple[str, str, dict]]:
+    """(pool, policy, report) of every report ``run`` wrote for ``pools``, in table order."""
+    for pool in pools:
+        for policy in POLICIES:
+            data = _report(directory, pool, policy)
+            if data is not None:
+                yield pool, policy, data
+
+
 def _report(directory: Path, pool: str, policy: str) -> dict | None:
     """What ``run`` wrote for (pool, policy), None if it was not run."""
     path = directory / f"{pool}-{policy}.json"
@@ -349,24 +353,20 @@ def render_table(directory: Path, pools: list[str]) -> str:
         "| save ratio at 0.7 / 0.8 / 0.9 / 0.95 (median) | samples at 0.9 |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for pool in pools:
-        for policy in POLICIES:
-            data = _report(directory, pool, policy)
-            if data is None:
-                continue
-            rows = data["rows"]
-            parts = [("all", "")]
-            if policy in POOLED:
-                parts = [("all", " (all)"), ("warm", " (warm)"), ("cold", " (cold start)")]
-            for part, label in parts:
-                n09 = rows.get("0.9", {}).get(part, {}).get("mean_samples")
-                lines.append(
-                    f"| {pool} | {LABELS[policy]}{label} "
-                    f"[{data['prompts']} x {data['orderings']}] "
-                    f"| {_fmt(rows, 'achieved_acceptance', part, '.3f')} "
-                    f"| {_fmt(rows, 'save_ratio', part, '+.2f')} "
-                    f"| {'-' if n09 is None else format(n09, '.1f')} |"
-                )
+    for pool, policy, data in _reports(directory, pools):
+        rows = data["rows"]
+        parts = [("all", "")]
+        if policy in POOLED:
+            parts = [("all", " (all)"), ("warm", " (warm)"), ("cold", " (cold start)")]
+        for part, label in parts:
+            n09 = rows.get("0.9", {}).get(part, {}).get("mean_samples")
+            lines.append(
+                f"| {pool} | {LABELS[policy]}{label} "
+                f"[{data['prompts']} x {data['orderings']}] "
+                f"| {_fmt(rows, 'achieved_acceptance', part, '.3f')} "
+                f"| {_fmt(rows, 'save_ratio', part, '+.2f')} "
+                f"| {'-' if n09 is None else format(n09, '.1f')} |"
+            )
     return "\n".join(lines)
 
 
