@@ -206,7 +206,7 @@ class FittedShape:
         N(scale_mu, 1 / scale_precision), on 15 x 15 nodes +-5 normal-theory standard errors
         around the mean and log sd; nodes under a millionth of the top node's weight dropped.
         """
-        m, s, log_post = self.log_posterior(rewards, scale_mu, scale_precision)
+        m, s, log_post, _ = self._grid(rewards, scale_mu, scale_precision)
         w = np.exp(log_post - log_post.max())
         keep = w > 1e-6  # nodes with under a millionth of the top node's weight add nothing
         return m[keep], s[keep], w[keep] / w[keep].sum()
@@ -218,6 +218,13 @@ class FittedShape:
         likelihood plus the log-sd prior plus the log of the node's cell in log s (the grid's
         log-s step depends on the shape's kurtosis), so that the weights' sum is comparable
         across shapes - the evidence a mixture of shapes weighs its components by."""
+        m, s, log_post, log_cell = self._grid(rewards, scale_mu, scale_precision)
+        return m, s, log_post + log_cell
+
+    def _grid(
+        self, rewards: np.ndarray, scale_mu: float, scale_precision: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """(m, s, log likelihood + log-sd prior, log of a node's cell in log s) on the grid."""
         x = np.asarray(rewards, dtype=np.float64)
         n = x.size
         mean = float(x.mean())
@@ -236,7 +243,7 @@ class FittedShape:
         terms = (1.0 - t) * log_f[i] + t * log_f[i + 1]
         log_post = (terms.sum(axis=1) if counts is None else terms @ counts) - n * log_s
         log_post -= 0.5 * scale_precision * (log_s - scale_mu) ** 2
-        return m, s, log_post - math.log(root)
+        return m, s, log_post, -math.log(root)
 
     def node_gains(self, m: np.ndarray, s: np.ndarray, best: float, z_alpha: float) -> np.ndarray:
         """E[(AR(m + sZ - kappa) - AR(best - kappa))+] at each node, kappa = m + s z_alpha: the
