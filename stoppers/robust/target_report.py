@@ -28,10 +28,11 @@ full row): a rule that keeps its promise prompt by prompt has equal thirds.
 
 ``run`` writes one JSON per (pool, policy), with every prompt's achieved acceptance and save;
 ``table`` renders the README table from them (``table --spread``: the per-spread table;
-``table --errors``: each median with its bootstrap standard error over prompts). ``floor`` prints what no rule can go below: a
-policy that keeps its best and sees at least m rewards delivers, on every stream, at least the
-acceptance of Best-of-m on that stream - so where the median over prompts of Best-of-m's
-acceptance exceeds a target by more than 0.03, that target cannot be met at min_samples = m.
+``table --errors``: each median with its bootstrap standard error over prompts). ``floor``
+prints what no rule can go below: a policy that keeps its best and sees at least m rewards
+delivers, on every stream, at least the acceptance of Best-of-m on that stream - so where the
+median over prompts of Best-of-m's acceptance exceeds a target by more than 0.03, that target
+cannot be met at min_samples = m.
 ``bound`` prints the other side (:mod:`stoppers.robust.target_bound`): the median save a rule
 that knows each prompt's distribution gets, which no rule can beat on independent draws.
 """
