@@ -42,7 +42,6 @@ __all__ = [
     "TIED_MAX",
     "FittedShape",
     "count_modes",
-    "mode_peaks",
     "mode_split",
     "sd_precision",
     "stream_ties",
@@ -102,12 +101,11 @@ def count_modes(p: np.ndarray) -> int:
     """Modes of the shape with probabilities ``p`` on the bins ``EDGES`` (see ``MODE_DIP``):
     a bimodal shape is where the moment errors of a request's location and scale mislead
     (its sd mixes the modes), so the cost default decides such shapes on the likelihood."""
-    return len(mode_peaks(p))
+    return len(_peaks(_smoothed(p)))
 
 
-def mode_peaks(p: np.ndarray) -> list[int]:
-    """Bin indices of the modes :func:`count_modes` counts, in ascending order."""
-    d = _smoothed(p)
+def _peaks(d: np.ndarray) -> list[int]:
+    """Bin indices of the modes of the smoothed density ``d`` (see ``MODE_DIP``), ascending."""
     inner = d[1:-1]
     peaks = np.flatnonzero(
         (inner >= d[:-2]) & (inner > d[2:]) & (inner >= MODE_MIN_HEIGHT * d.max())
@@ -132,10 +130,10 @@ def _smoothed(p: np.ndarray) -> np.ndarray:
 def mode_split(p: np.ndarray) -> int | None:
     """The bin where a shape with several modes divides into its top mode and the rest: the
     lowest point of the smoothed density between the top two modes (None for one mode)."""
-    peaks = mode_peaks(p)
+    d = _smoothed(p)
+    peaks = _peaks(d)
     if len(peaks) < 2:
         return None
-    d = _smoothed(p)
     lo, hi = peaks[-2], peaks[-1]
     return lo + int(np.argmin(d[lo : hi + 1]))
 
