@@ -389,25 +389,21 @@ def render_spread_table(directory: Path, pools: list[str]) -> str:
     def joined(values: list[Any], spec: str) -> str:
         return " / ".join("-" if v is None else format(v, spec) for v in values)
 
-    for pool in pools:
-        for policy in POLICIES:
-            data = _report(directory, pool, policy)
-            if data is None:
-                continue
-            rows, part = data["rows"], "warm" if policy in POOLED else "all"
-            if cell(rows, 0.9, part, "mean_acceptance") is None:
-                continue  # written before the per-spread figures were recorded
-            label = f"{LABELS[policy]}{' (warm)' if part == 'warm' else ''}"
-            medians = [cell(rows, t, part, "achieved_acceptance") for t in TARGETS]
-            means = [cell(rows, t, part, "mean_acceptance") for t in TARGETS]
-            samples = [cell(rows, t, part, "mean_samples") for t in (0.7, 0.9)]
-            lines.append(
-                f"| {pool} | {label} [{data['prompts']} x {data['orderings']}] "
-                f"| {joined(medians, '.3f')} | {joined(means, '.3f')} "
-                f"| {joined(cell(rows, 0.7, part, 'by_spread') or [None] * 3, '.3f')} "
-                f"| {joined(cell(rows, 0.9, part, 'by_spread') or [None] * 3, '.3f')} "
-                f"| {joined(samples, '.1f')} |"
-            )
+    for pool, policy, data in _reports(directory, pools):
+        rows, part = data["rows"], "warm" if policy in POOLED else "all"
+        if cell(rows, 0.9, part, "mean_acceptance") is None:
+            continue  # written before the per-spread figures were recorded
+        label = f"{LABELS[policy]}{' (warm)' if part == 'warm' else ''}"
+        medians = [cell(rows, t, part, "achieved_acceptance") for t in TARGETS]
+        means = [cell(rows, t, part, "mean_acceptance") for t in TARGETS]
+        samples = [cell(rows, t, part, "mean_samples") for t in (0.7, 0.9)]
+        lines.append(
+            f"| {pool} | {label} [{data['prompts']} x {data['orderings']}] "
+            f"| {joined(medians, '.3f')} | {joined(means, '.3f')} "
+            f"| {joined(cell(rows, 0.7, part, 'by_spread') or [None] * 3, '.3f')} "
+            f"| {joined(cell(rows, 0.9, part, 'by_spread') or [None] * 3, '.3f')} "
+            f"| {joined(samples, '.1f')} |"
+        )
     return "\n".join(lines)
 
 
