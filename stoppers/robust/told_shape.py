@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -237,7 +237,12 @@ def replay_told(
     )
 
 
-def _stream(values: np.ndarray, gain_of, cost: float, min_samples: int) -> tuple[int, float]:
+def _stream(
+    values: np.ndarray,
+    gain_of: Callable[[np.ndarray, float], float],
+    cost: float,
+    min_samples: int,
+) -> tuple[int, float]:
     """(samples drawn, kept reward) of the likelihood rule on one stream, evaluated on the cost
     paths' schedule (:func:`~stoppers.robust.shape_cost.evaluation_due`)."""
     best, last_n, last_best, gain = -math.inf, 0, -math.inf, math.inf
