@@ -7,9 +7,9 @@ distribution's shape (see :mod:`stoppers.deployment`). :class:`PriorStore` hands
 each request that finished normally, with the rewards in the order the policy saw them.
 
 - Keys are the ``model`` string as the request names it and the request's optional task
-  (``X-Pandora-Task``): prompts of one model can differ in shape (code, chat, maths), and one
-  prior fitted to all of them is a blend that fits none (README, "Task keys"). The store is an
-  LRU bounded by ``max_models`` entries, so a client sending random model names or tasks
+  (``X-Pandora-Task``): prompts of one model can differ in shape (code, chat, maths), and one prior
+  fitted to all of them is a blend that fits none (docs/robust-stopping.md, "Task keys"). The store
+  is an LRU bounded by ``max_models`` entries, so a client sending random model names or tasks
   cannot grow memory.
 - Only the protocol is used (``update``, ``to_dict``); the concrete class comes from
   :func:`stoppers.new_deployment_prior`, and restoring a saved state uses that class's

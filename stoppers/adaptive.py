@@ -315,8 +315,8 @@ def default_target_policy(
     :class:`~stoppers.robust.shape_prior.ShapePrior`, what
     ``new_deployment_prior("target")`` returns); without one, or while the prior has seen
     fewer than ``COLD_START`` requests, it runs :class:`stoppers.robust.TailTargetAcceptance`.
-    It replaced the paper's :class:`TargetAcceptance` after the sequential replay in the
-    README section "Target mode on a deployment". A prior of another class is ignored.
+    It replaced the paper's :class:`TargetAcceptance` after the sequential replay in
+    docs/robust-stopping.md, "Target mode on a deployment". A prior of another class is ignored.
     """
     from stoppers.robust.pooled_target import PooledTargetAcceptance
     from stoppers.robust.shape_prior import ShapePrior

@@ -106,8 +106,8 @@ def test_a_policy_uses_its_priors_shape():
         assert heavy.threshold > light.threshold
 
 
-def test_report_builds_tables_from_replay_outputs(tmp_path):
-    from stoppers.robust.report import cost_table, target_table
+def test_report_builds_the_cost_table_from_replay_outputs(tmp_path):
+    from stoppers.robust.report import cost_table
 
     profit = {
         "cost": 0.001,
@@ -117,20 +117,24 @@ def test_report_builds_tables_from_replay_outputs(tmp_path):
         "ratio": 1.1,
         "best_fixed_n": 40,
         "mean_samples": 30.0,
+        "stats": {"oracle_samples": {"mean": 21.4}},
     }
-    saving = {"target": 0.9, "achieved_acceptance": 0.91, "save_ratio": 0.2, "mean_samples": 12.0}
     warm = {**profit, "mean_adaptive_profit": 0.8}
+    paper = {**profit, "mean_adaptive_profit": 0.6, "mean_samples": 15.0}
     for policy, body in (
         ("shape-cost", {"profit": [profit], "profit_warm": [warm]}),
-        ("tail-cost", {"profit": [profit]}),
-        ("tail-target", {"savings": [saving]}),
+        ("tail-cost", {"profit": [{**profit, "mean_adaptive_profit": 0.88}]}),
+        ("adaptive", {"profit": [paper]}),
     ):
         (tmp_path / f"normal-{policy}").mkdir()
         (tmp_path / f"normal-{policy}" / "results.json").write_text(json.dumps(body))
     costs = cost_table(tmp_path)
-    row = "| normal | 0.001 | 1.125 (1.100) · 0.900 · 30 | **1.125** · 0.900 · 30 | 1.000 · 0.800"
-    assert row + " | — | — | — | 40 |" in costs
-    assert "| normal | **TailTargetAcceptance** | 0.910 | 12.0 | +0.20 |" in target_table(tmp_path)
+    row = (
+        "| normal | 0.001 | **1.125** · 0.900 · 30 | 1.000 | 1.100 | 0.750 · 15 | — | — | 40 · 21 |"
+    )
+    assert row in costs
+    # pools and costs that were not run get no row
+    assert "gumbel" not in costs and "| normal | 0.0001 |" not in costs
 
 
 def test_shape_weight_is_the_estimates_precision_floored_at_the_regular_limit():

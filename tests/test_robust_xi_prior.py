@@ -225,8 +225,8 @@ def test_cold_start_reads_the_cost_priors_learned_shapes():
 
 def test_early_cold_starts_drop_their_margins_on_bimodal_prompts_only():
     """Between SHARE_MIN_REQUESTS and MIN_REQUESTS learned requests the cold start still shrinks
-    xi to 0, but bimodal prompts (a better-mode cluster: a bounded tail) lose its confidence
-    margins and stop sooner; heavy-tailed ones keep them (README "Bounded tails need no
+    xi to 0, but bimodal prompts (a better-mode cluster: a bounded tail) lose its confidence margins
+    and stop sooner; heavy-tailed ones keep them (docs/robust-stopping.md "Bounded tails need no
     margin")."""
 
     def draws(family: str, prior: XiPrior | None, seed: int) -> tuple[list[int], list[float]]:

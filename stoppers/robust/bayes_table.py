@@ -2,11 +2,11 @@
 induction into a lookup table.
 
 Why: :class:`~stoppers.robust.shape_cost.ShapePandora` applies Weitzman's test (Definitions
-"Fair-cap value", "Weitzman's Algorithm") one step ahead, with the request's unknown location m
-and scale s averaged out. But a request that samples once more also *learns* m and s better,
-and the one-step test ignores that value (normal pool, shape learned from 100 requests, c =
-1e-3: the one-step test earns 0.957 of the oracle's profit, this rule 0.964 - as much as this
-rule told the exact normal shape, the limit; Student-t 0.923 vs 0.944; README, "Cost mode by
+"Fair-cap value", "Weitzman's Algorithm") one step ahead, with the request's unknown location m and
+scale s averaged out. But a request that samples once more also *learns* m and s better, and the
+one-step test ignores that value (normal pool, shape learned from 100 requests, c = 1e-3: the
+one-step test earns 0.957 of the oracle's profit, this rule 0.964 - as much as this rule told the
+exact normal shape, the limit; Student-t 0.923 vs 0.944; docs/robust-stopping.md, "Cost mode by
 backward induction").
 
 The model. Rewards are V = m + s Z with Z from the deployment's standardised shape, m flat,

@@ -8,8 +8,9 @@ serves prompts of *different* kinds, a minority of them bimodal, and the two-mod
 that fits none of them. In the second world the likelihood path lost badly: on the held-out
 ``mixed-continuous`` seed-7 pool (8 of its first 24 prompts bimodal) the requests it decided
 earned 0.80 of the best fixed N at c = 1e-3, bimodal ones drawing 610 rewards each where the best
-fixed N was 93 (README "A two-mode fit must be the deployment's"). The pooled fit cannot tell the
-worlds apart; the streams can, one at a time: in the first world nearly all of them are bimodal.
+fixed N was 93 (docs/robust-stopping.md "A two-mode fit must be the deployment's"). The pooled fit
+cannot tell the worlds apart; the streams can, one at a time: in the first world nearly all of them
+are bimodal.
 
 The test per stream: standardise it, fit a mixture of two normals by EM, and call it bimodal
 when the components are separated by Ashman's D = |mu_1 - mu_2| / sqrt((s_1^2 + s_2^2) / 2)

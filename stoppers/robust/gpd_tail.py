@@ -219,7 +219,7 @@ def shape_weight(k: int, xi: float) -> float:
     pseudo-exceedances turn a request's strongly bounded estimate (a threshold below a better
     mode, xi ~ -0.8) into an exponential tail whose benchmark lies far beyond the better mode:
     on `mixture` prompts the cold start alone drew 148 rewards per request where the best fixed
-    N is 61 (README, "Weigh a bounded estimate by its precision").
+    N is 61 (docs/robust-stopping.md, "Weigh a bounded estimate by its precision").
     """
     return k / min(max((1.0 + xi) ** 2, _MIN_SHAPE_VARIANCE), 1.0)
 

@@ -57,22 +57,22 @@ STREAM_REPEATS = 0.05  # a stream repeating this share of its rewards is on a la
 # The likelihood paths (cost and target) are for continuous rewards: once more than this share
 # of the kept streams repeat their rewards (rounded scores, a clip) the earlier rules decide.
 TIED_MAX = 0.01
-# Past this many rewards the likelihood reads them grouped in REWARD_BINS equal-width bins of
-# the request's own range, each at its mean with its count: 225 x 256 terms instead of 225 x n.
-# A bin is range / 256 wide (~0.03 sd for normal rewards), log f is linear within it except at
-# a bin-centre kink of the shape, and at the bin mean the linear part sums exactly, so the
-# posterior barely moves (tested; replayed decisions unchanged to four decimals, README) while
-# an evaluation at n = 960 costs a tenth (0.56 ms instead of 5.7): it runs on the event loop.
+# Past this many rewards the likelihood reads them grouped in REWARD_BINS equal-width bins of the
+# request's own range, each at its mean with its count: 225 x 256 terms instead of 225 x n. A bin is
+# range / 256 wide (~0.03 sd for normal rewards), log f is linear within it except at a bin-centre
+# kink of the shape, and at the bin mean the linear part sums exactly, so the posterior barely moves
+# (tested; replayed decisions unchanged to four decimals, docs/robust-stopping.md) while an
+# evaluation at n = 960 costs a tenth (0.56 ms instead of 5.7): it runs on the event loop.
 REWARD_BINS = 256
 _FLOOR = 1e-12  # bin probability under which a reward counts as (almost) impossible
-# Modes of a fitted shape (count_modes): the density smoothed by a Gaussian of this sd
-# (standardised units), peaks at least MODE_MIN_HEIGHT of the highest, and two peaks count as
-# two modes when the density between them dips below MODE_DIP of the lower one. Set on fits to
-# the seed-0 pools (README; 40 fits per family and stream count, streams of 20-96 rewards):
-# mixture's fits were bimodal in 36 / 38 / 38 / 40 of 40 at 8 / 10 / 16 / 40 streams, the
-# seven unimodal families' in 1 of 280 at 8 and at 10 streams and none at 16 or 40 (a floor of
-# 0.1 let a Student-t fit's shoulder at 0.11 of the peak through; a dip of 0.85 lost a third of
-# the mixture fits).
+# Modes of a fitted shape (count_modes): the density smoothed by a Gaussian of this sd (standardised
+# units), peaks at least MODE_MIN_HEIGHT of the highest, and two peaks count as two modes when the
+# density between them dips below MODE_DIP of the lower one. Set on fits to the seed-0 pools
+# (docs/robust-stopping.md; 40 fits per family and stream count, streams of 20-96 rewards):
+# mixture's fits were bimodal in 36 / 38 / 38 / 40 of 40 at 8 / 10 / 16 / 40 streams, the seven
+# unimodal families' in 1 of 280 at 8 and at 10 streams and none at 16 or 40 (a floor of 0.1 let a
+# Student-t fit's shoulder at 0.11 of the peak through; a dip of 0.85 lost a third of the mixture
+# fits).
 MODE_SMOOTHING = 0.25
 MODE_MIN_HEIGHT = 0.25
 MODE_DIP = 0.95

@@ -1,12 +1,12 @@
 """Target mode's stop test on a multimodal shape: Weitzman's rule at a Lagrange multiplier per
 posterior node, the request's location and scale integrated out by likelihood.
 
-Why: :class:`~stoppers.robust.pooled_target.PooledTargetAcceptance` judges the best reward
-against the request's mean and sd, ``(best - mean) / scale >= z*``, with a Monte Carlo offset
-calibrated on streams simulated from the deployment's shape. On a bimodal shape (a bulk and a
-better mode) the sd mixes the modes, as in cost mode (:mod:`stoppers.robust.likelihood_cost`),
-and the rule over-delivered the low targets and saved nothing: mixture deployments got 0.836 at
-target 0.8 and a median save of -0.02 at 0.9 (README, "Target mode on a deployment").
+Why: :class:`~stoppers.robust.pooled_target.PooledTargetAcceptance` judges the best reward against
+the request's mean and sd, ``(best - mean) / scale >= z*``, with a Monte Carlo offset calibrated on
+streams simulated from the deployment's shape. On a bimodal shape (a bulk and a better mode) the sd
+mixes the modes, as in cost mode (:mod:`stoppers.robust.likelihood_cost`), and the rule
+over-delivered the low targets and saved nothing: mixture deployments got 0.836 at target 0.8 and a
+median save of -0.02 at 0.9 (docs/robust-stopping.md, "Target mode on a deployment").
 
 With the prompt's distribution known, the first-crossing target rule - stop at the first v with
 E[AR(V) | V >= v] >= t (Weitzman's rule on the AR scale) - is Weitzman's cost rule at the cost
@@ -16,10 +16,10 @@ So a request can stop when the posterior mean of gain(best) - lambda_t(s) is <= 
 path's posterior over (m, log s) under the deployment's fitted shape, each node with its own
 multiplier (a 161-point table in log s, built once per shape and target; no simulation).
 
-Measured (README): uncalibrated, it delivers the target on the mixture family but stops early
-wherever the tail is long (Gumbel 0.571 at target 0.7; the one-step test under parameter
-uncertainty undervalues a long tail), so the default uses it only where the deployment's
-fitted shape has more than one mode (:func:`~stoppers.robust.likelihood_cost.count_modes`).
+Measured (docs/robust-stopping.md): uncalibrated, it delivers the target on the mixture family but
+stops early wherever the tail is long (Gumbel 0.571 at target 0.7; the one-step test under parameter
+uncertainty undervalues a long tail), so the default uses it only where the deployment's fitted
+shape has more than one mode (:func:`~stoppers.robust.likelihood_cost.count_modes`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Multimodal shapes: where the deployment's fitted shape has more than one mode (a
 better mode) the mean and sd mix the modes, and the request decides instead with
 :class:`~stoppers.robust.multiplier_target.MultiplierTargetRule` - its location and scale
 integrated out by likelihood, a Lagrange multiplier per posterior node, no Monte Carlo offset
-(README, "Target mode on a deployment").
+(docs/robust-stopping.md, "Target mode on a deployment").
 
 Cold start: until the prior has learned from ``cold_start`` requests, the request is delegated
 to :class:`~stoppers.robust.target.TailTargetAcceptance` (its own GPD tail fit, no prior).
@@ -190,7 +190,7 @@ class PooledTargetAcceptance(StoppingPolicy):
         with AR(best - C) >= t keeps the promise whatever the prompt - at the ceiling itself
         (AR 1) or, for t < 1, up to ln(2 / t - 1) below it. Before 2026-11-27 only a best equal
         to C stopped here, so prompts pressed against the clip drew until they hit it and
-        delivered 1 whatever the target (README, "Target mode on a deployment")."""
+        delivered 1 whatever the target (docs/robust-stopping.md, "Target mode on a deployment")."""
         ceiling = self._ceiling
         if ceiling is None or self._n < self.min_samples or self._best > ceiling:
             return False  # a best above it disproves the ceiling for this request

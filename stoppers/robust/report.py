@@ -1,10 +1,10 @@
-"""Tables and figure of the README's robust-stopping replay: ``python -m stoppers.robust.report``.
+"""The README's cost-mode table and figure: ``python -m stoppers.robust.report DIR``.
 
-Reads ``DIR/<family>-<policy>/results.json`` written by ``pandora replay`` (policies
-``shape-cost`` - run with ``--deployment --warm-after 8`` -, ``tail-cost``, ``adaptive``,
-``patience`` for profit; ``tail-target``, ``target`` for savings),
-prints the two markdown tables and, with ``--figure``, draws achieved-vs-target and the
-cost-mode profit ratios (matplotlib, imported only then).
+Reads ``DIR/<pool>-<policy>/results.json`` written by ``pandora replay --experiment profit``
+(policies ``shape-cost`` - run with ``--deployment --warm-after 8`` -, ``tail-cost``,
+``adaptive``, ``patience``, ``beacon``), prints the markdown table and, with ``--figure``, draws
+the profit ratios (matplotlib, imported only then). Target mode has its own report, on
+sequential deployments: :mod:`stoppers.robust.target_report`.
 """
 
 from __future__ import annotations
@@ -54,118 +54,66 @@ def _ratios(row: dict) -> tuple[float, float]:
 
 
 def cost_table(root: Path) -> str:
-    """TailPandora (the default's cold start), ShapePandora (the default; sequential deployment
-    replay: all prompts, and those served after 8 prior updates), the paper's rule,
+    """Per pool and cost, each policy's mean profit over the best fixed N's (chosen in hindsight
+    on the same streams): the default ShapePandora (sequential deployment replay: all prompts,
+    its cold start included, then ÷ Weitzman's oracle and its mean samples; and the prompts
+    served after 8 prior updates), TailPandora (the default's cold start), the paper's rule,
     Patience(5), BEACON."""
     lines = [
-        "| family | c | TailPandora (the default's cold start): ÷ best fixed N (median per"
-        " prompt) · ÷ oracle · samples | **ShapePandora** (default), all prompts (cold start"
-        " included): ÷ fixed · ÷ oracle · samples | ShapePandora, after 8 prior updates: ÷ fixed"
-        " · ÷ oracle"
-        " | paper AdaptiveBestOfN: ÷ fixed · ÷ oracle | Patience(5) ÷ fixed"
-        " | BEACON: ÷ fixed · samples | best fixed N |",
+        "| pool | c | **default** (ShapePandora): ÷ best fixed N · ÷ oracle · samples"
+        " | default after 8 prior updates | TailPandora | paper's AdaptiveBestOfN · samples"
+        " | Patience(5) | BEACON · samples | best fixed N · oracle's samples |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for family in FAMILIES:
         for cost in COSTS:
-            cells, best_n = [], "—"
-            row = _profit_row(_load(root, family, "tail-cost"), cost)
-            if row is None:
-                cells.append("—")
-            else:
-                fixed, oracle = _ratios(row)
-                best_n = row["best_fixed_n"]
-                samples = row["mean_samples"]
-                cells.append(f"{fixed:.3f} ({row['ratio']:.3f}) · {oracle:.3f} · {samples:.0f}")
             shape = _load(root, family, "shape-cost") or {}
-            for key in ("profit", "profit_warm"):
-                row = _profit_row({"profit": shape.get(key, [])}, cost)
-                if row is None or row["mean_oracle_profit"] is None:
-                    cells.append("—")
-                    continue
-                fixed, oracle = _ratios(row)
-                best_n = row["best_fixed_n"]
-                if key == "profit":
-                    cells.append(f"**{fixed:.3f}** · {oracle:.3f} · {row['mean_samples']:.0f}")
-                else:
-                    cells.append(f"{fixed:.3f} · {oracle:.3f}")
-            for policy in ("adaptive", "patience", "beacon"):
-                row = _profit_row(_load(root, family, policy), cost)
-                if row is None:
-                    cells.append("—")
-                    continue
-                fixed, oracle = _ratios(row)
-                best_n = row["best_fixed_n"]
-                cells.append(
-                    {
-                        "adaptive": f"{fixed:.3f} · {oracle:.3f}",
-                        "patience": f"{fixed:.3f}",
-                        "beacon": f"{fixed:.3f} · {row['mean_samples']:.0f}",
-                    }[policy]
-                )
-            lines.append(f"| {_label(family)} | {cost:g} | " + " | ".join(cells) + f" | {best_n} |")
-    return "\n".join(lines)
-
-
-def target_table(root: Path) -> str:
-    lines = [
-        "| family | policy | achieved at target 0.7 / 0.8 / 0.9 / 0.95 (median over prompts)"
-        " | samples at 0.9 | save ratio at 0.7 / 0.8 / 0.9 / 0.95 (median) |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for family in FAMILIES:
-        for policy, label in (
-            ("tail-target", "**TailTargetAcceptance**"),
-            ("target", "paper TargetAcceptance"),
-        ):
-            results = _load(root, family, policy)
-            if results is None:
+            rows = {
+                "default": _profit_row({"profit": shape.get("profit", [])}, cost),
+                "warm": _profit_row({"profit": shape.get("profit_warm", [])}, cost),
+            }
+            for policy in ("tail-cost", "adaptive", "patience", "beacon"):
+                rows[policy] = _profit_row(_load(root, family, policy), cost)
+            if all(row is None for row in rows.values()):
                 continue
-            rows = results["savings"]
-            achieved = " / ".join(f"{r['achieved_acceptance']:.3f}" for r in rows)
-            saves = " / ".join(f"{r['save_ratio']:+.2f}" for r in rows)
-            at_90 = [r["mean_samples"] for r in rows if abs(r["target"] - 0.9) < 1e-9]
-            samples = f"{at_90[0]:.1f}" if at_90 else "—"
-            lines.append(f"| {_label(family)} | {label} | {achieved} | {samples} | {saves} |")
+            cells = []
+            for key, row in rows.items():
+                if row is None or row.get("mean_oracle_profit") is None:
+                    cells.append("—")
+                    continue
+                fixed, oracle = _ratios(row)
+                if key == "default":
+                    cells.append(f"**{fixed:.3f}** · {oracle:.3f} · {row['mean_samples']:.0f}")
+                elif key in ("adaptive", "beacon"):
+                    cells.append(f"{fixed:.3f} · {row['mean_samples']:.0f}")
+                else:
+                    cells.append(f"{fixed:.3f}")
+            known = next(row for row in rows.values() if row is not None)
+            oracle_n = known.get("stats", {}).get("oracle_samples", {}).get("mean")
+            best = f"{known['best_fixed_n']}" + ("" if oracle_n is None else f" · {oracle_n:.0f}")
+            lines.append(f"| {_label(family)} | {cost:g} | " + " | ".join(cells) + f" | {best} |")
     return "\n".join(lines)
 
 
 def figure(root: Path, out: Path) -> None:
+    """Bars of the cost table's ratios to the best fixed N (the default, its cold start, the
+    paper's rule), ticks at the ratio to the oracle, one panel per cost."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(1, 3, figsize=(16, 4.8))
-    colours = plt.get_cmap("tab10")
-    for i, family in enumerate(FAMILIES):
-        for policy, style in (("tail-target", "-"), ("target", ":")):
-            results = _load(root, family, policy)
-            if results is None:
-                continue
-            rows = results["savings"]
-            ax[0].plot(
-                [r["target"] for r in rows],
-                [r["achieved_acceptance"] for r in rows],
-                style,
-                marker="o",
-                ms=3,
-                color=colours(i % 10),
-                label=family if policy == "tail-target" else None,
-            )
-    ax[0].plot([0.65, 1], [0.65, 1], "k-", lw=0.8)
-    ax[0].fill_between([0.65, 1], [0.62, 0.97], [0.68, 1.03], color="0.85")
-    ax[0].set_xlabel("target acceptance")
-    ax[0].set_ylabel("achieved (median over prompts)")
-    ax[0].set_title("target mode: TailTargetAcceptance (solid) vs paper (dotted)")
-    ax[0].legend(fontsize=7)
+    fig, ax = plt.subplots(1, len(COSTS), figsize=(11, 4.4), sharey=True)
     x = np.arange(len(FAMILIES))
     width = 0.27
-    bars = (("shape-cost", "tab:blue"), ("tail-cost", "tab:red"), ("adaptive", "tab:gray"))
-    for j, cost in enumerate(COSTS):
-        panel = ax[1 + j]
-        for k, (policy, colour) in enumerate(bars):
+    bars = (
+        ("shape-cost", "tab:blue", "default (ShapePandora)"),
+        ("tail-cost", "tab:red", "TailPandora (cold start)"),
+        ("adaptive", "tab:gray", "paper's AdaptiveBestOfN"),
+    )
+    for panel, cost in zip(ax, COSTS, strict=True):
+        for k, (policy, colour, label) in enumerate(bars):
             vs_fixed, vs_oracle = [], []
             for family in FAMILIES:
                 row = _profit_row(_load(root, family, policy), cost)
@@ -173,16 +121,17 @@ def figure(root: Path, out: Path) -> None:
                 vs_fixed.append(mine / row["mean_best_fixed_profit"] if row else np.nan)
                 vs_oracle.append(mine / row["mean_oracle_profit"] if row else np.nan)
             where = x + (k - 1) * width
-            panel.bar(where, vs_fixed, width, color=colour, label=f"{policy} / best fixed N")
-            panel.plot(where, vs_oracle, "k_", ms=12, mew=2, label="/ oracle" if k == 0 else None)
+            panel.bar(where, vs_fixed, width, color=colour, label=f"{label} / best fixed N")
+            panel.plot(where, vs_oracle, "k_", ms=10, mew=2, label="/ oracle" if k == 0 else None)
         panel.axhline(1.0, color="k", lw=0.8)
         panel.axhline(0.97, color="k", ls="--", lw=0.6)
-        panel.set_xticks(x, FAMILIES, rotation=40, fontsize=8)
+        panel.set_xticks(x, [_label(f).split(" *")[0] for f in FAMILIES], rotation=40, fontsize=8)
         panel.set_ylim(0.4, 1.1)
-        panel.set_title(f"cost mode, c = {cost:g}: mean profit ratio")
-        panel.legend(fontsize=7, loc="lower left")
+        panel.set_title(f"cost mode, c = {cost:g}: mean profit ratio", fontsize=9)
+    ax[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figure", type=Path, help="write the PNG figure here")
     args = parser.parse_args(argv)
     print(cost_table(args.dir))
-    print()
-    print(target_table(args.dir))
     if args.figure is not None:
         figure(args.dir, args.figure)
     return 0

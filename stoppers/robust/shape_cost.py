@@ -19,24 +19,23 @@ widened by ``inflation`` (optimism: stopping early costs more than sampling once
 5 x 5 Gauss-Hermite grid. The gain of one grid point is a sum over the shape's histogram bins
 between the best and kappa, plus the bins past kappa, whose acceptance is exactly 1.
 
-Since 2026-11-26, where the shared-shape tests below do not (yet) trust the recorded shape and
-the rewards are continuous, the default does not fall back to the cold start once the prior
-keeps 8 requests' streams: it decides on the shape fitted by likelihood to those streams, with
-the request's own m and s integrated out by likelihood rather than by normal-theory moments
-(:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores the cold start). A
-two-mode fit needs no shared-shape test: each request's own rewards place it under the pooled
-shape, which is what made bimodal prompts with per-prompt mode weights work (README, "The
-likelihood path") - but it needs most of its streams to be bimodal on their own
-(``TWO_MODE_SHARE``, 2026-11-27): a minority of bimodal prompts among unimodal ones also fits
-two modes, a blend (README, "A two-mode fit must be the deployment's"). A one-mode fit decides
-only until a shared-shape test finds the prompts differ (2026-11-27): fitted to prompts of
-different families it is a blend that fits none of them (``_untrusted_shape``; README,
-"Heterogeneous continuous deployments").
-Where the tests do trust the shape, the moment path below stays: on exponential rewards it
-earned more (long deployments, README). Where the learned shape may be a blend - a one-mode
-fit before trust, any learned shape while the shared-shape tests are early - the cold start runs
-alongside and caps the request at ``BLEND_CAP`` times its own stop: the learned shape may search
-further than the request's own tail says, not without end.
+Since 2026-11-26, where the shared-shape tests below do not (yet) trust the recorded shape and the
+rewards are continuous, the default does not fall back to the cold start once the prior keeps 8
+requests' streams: it decides on the shape fitted by likelihood to those streams, with the request's
+own m and s integrated out by likelihood rather than by normal-theory moments
+(:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores the cold start). A two-mode
+fit needs no shared-shape test: each request's own rewards place it under the pooled shape, which is
+what made bimodal prompts with per-prompt mode weights work (docs/robust-stopping.md, "The
+likelihood path") - but it needs most of its streams to be bimodal on their own (``TWO_MODE_SHARE``,
+2026-11-27): a minority of bimodal prompts among unimodal ones also fits two modes, a blend
+(docs/robust-stopping.md, "A two-mode fit must be the deployment's"). A one-mode fit decides only
+until a shared-shape test finds the prompts differ (2026-11-27): fitted to prompts of different
+families it is a blend that fits none of them (``_untrusted_shape``; docs/robust-stopping.md,
+"Heterogeneous continuous deployments"). Where the tests do trust the shape, the moment path below
+stays: on exponential rewards it earned more (long deployments, docs/robust-stopping.md). Where the
+learned shape may be a blend - a one-mode fit before trust, any learned shape while the shared-shape
+tests are early - the cold start runs alongside and caps the request at ``BLEND_CAP`` times its own
+stop: the learned shape may search further than the request's own tail says, not without end.
 
 Until the prior is trusted - ``warm_requests`` requests, 10 / (1 - alpha) pooled draws, and both
 shared-shape tests passed - or without a prior, the policy is
@@ -118,7 +117,7 @@ MAX_DISPERSION = 1.6
 # first 50 requests: `mixed-continuous` draws 0.978 -> 1.001 (seed 3) and 0.999 -> 1.016
 # (seed 2) at c = 1e-3 in 24-prompt deployments; held for the whole deployment instead, the
 # long Student-t deployments lost 0.6 point (1.057 -> 1.051), which the return to 1.6 keeps
-# (README "Heterogeneous continuous deployments").
+# (docs/robust-stopping.md "Heterogeneous continuous deployments").
 EARLY_MAX_DISPERSION = 1.3
 EARLY_REQUESTS = 50
 # The shape's alpha-quantile (the benchmark, Definition "Benchmark Reward") is trusted once the
@@ -126,7 +125,7 @@ EARLY_REQUESTS = 50
 # it, at a budget of 32 samples (<= 8 pooled draws per request) the learned shape lost 0.8-1.9
 # points of profit to TailPandora on every family replayed, up to 1.0 at 64 (sequential replay,
 # 40 prompts x 100 deployments); with it those keep to TailPandora, and at 960 samples the
-# shape is trusted after ~16-24 requests instead of 8 (README "Budgets").
+# shape is trusted after ~16-24 requests instead of 8 (docs/robust-stopping.md "Budgets").
 DRAWS_ABOVE_QUANTILE = 10.0
 # The likelihood path (FittedShape): used once this many requests' streams are kept, refitted
 # as requests grow by half (at most every REFIT_EVERY requests, so the shape follows drift),
@@ -139,22 +138,23 @@ LIKELIHOOD_MIN_REQUESTS = 8
 # all (a blend that fits none of them). The share is 0.74-0.89 on mixture streams of 48-96
 # rewards, 0.02-0.28 on the unimodal families' (bimodality's docstring); at 0.6, the held-out
 # ``mixed-continuous`` seed 7 (a third of its prompts bimodal) went 0.9850 -> 0.9956 at
-# c = 1e-3, 24 prompts x 100 deployments (README "A two-mode fit must be the deployment's").
+# c = 1e-3, 24 prompts x 100 deployments (docs/robust-stopping.md "A two-mode fit must be the
+# deployment's").
 TWO_MODE_SHARE = 0.6
 REFIT_EVERY = 256
 LIKELIHOOD_KEY = ("likelihood-shape",)
 # A one-mode fit decides before the shape is trusted only until a shared-shape test finds the
 # prompts differ, and the early tests are noisy: a deployment of different families passes by
-# chance, and under the blend its light-tailed requests expect far better rewards than they
-# have (on every mixed-continuous draw 0-7, normal requests on the likelihood path drew
-# 280-960 rewards where the best fixed N was ~100: 0.05-0.88 of its profit). So on that path
-# the cold start (TailPandora, the request's own tail) runs alongside, and the request stops
-# once it has drawn BLEND_CAP times the rewards at which the cold start stopped: the learned
-# shape may search further than the request's own tail says, not without end. Heterogeneous
-# draws gained 0.16-0.36 point at c = 1e-3, single families moved by -0.08 to +0.12 (README
-# "A cap on a one-mode blend"). The trusted shape and two-mode fits pass the early tests by
-# chance too, so while those are early (EARLY_REQUESTS) they are capped as well: up to +0.15
-# point more on the heterogeneous draws and mixture (``_may_be_blend``).
+# chance, and under the blend its light-tailed requests expect far better rewards than they have (on
+# every mixed-continuous draw 0-7, normal requests on the likelihood path drew 280-960 rewards where
+# the best fixed N was ~100: 0.05-0.88 of its profit). So on that path the cold start (TailPandora,
+# the request's own tail) runs alongside, and the request stops once it has drawn BLEND_CAP times
+# the rewards at which the cold start stopped: the learned shape may search further than the
+# request's own tail says, not without end. Heterogeneous draws gained 0.16-0.36 point at c = 1e-3,
+# single families moved by -0.08 to +0.12 (docs/robust-stopping.md "A cap on a one-mode blend"). The
+# trusted shape and two-mode fits pass the early tests by chance too, so while those are early
+# (EARLY_REQUESTS) they are capped as well: up to +0.15 point more on the heterogeneous draws and
+# mixture (``_may_be_blend``).
 BLEND_CAP = 2.0
 
 
@@ -691,10 +691,10 @@ def _continuous_shape(prior: object) -> FittedShape | None:
 
 def _multimodal_shape(prior: object) -> FittedShape | None:
     """The prior's likelihood shape where it has more than one mode, else None: on such a
-    shape the moment path's errors (m ~ N(mean, s^2/n)) mislead however well the recorded
-    shape is trusted - the sd mixes the modes - and the likelihood path decides instead.
-    Measured (README "Two modes"; ``loss_report --by path``): in 24-prompt mixture deployments
-    the requests whose recorded shape was trusted earned 0.893 of the best fixed N at
+    shape the moment path's errors (m ~ N(mean, s^2/n)) mislead however well the recorded shape is
+    trusted - the sd mixes the modes - and the likelihood path decides instead. Measured
+    (docs/robust-stopping.md "Two modes"; ``loss_report --by path``): in 24-prompt mixture
+    deployments the requests whose recorded shape was trusted earned 0.893 of the best fixed N at
     c = 1e-3 on the moment path, the likelihood path's requests 1.012."""
     fitted = _continuous_shape(prior)
     return fitted if fitted is not None and fitted.modes > 1 else None
@@ -709,12 +709,12 @@ def _untrusted_shape(prior: object) -> FittedShape | None:
     A two-mode fit none of whose streams has ``bimodality.MIN_REWARDS`` (24) rewards - a small
     sample budget - cannot be tested (its share is None) and decides as before the test.
 
-    A one-mode fit to prompts of different shapes is a blend whose tail fits none of them, and
-    a request's own rewards move only its location and scale under it: on a deployment of
-    normal, Gumbel, skew-normal, Student-t, exponential and two-mode prompts (``mixed``
-    without its clipped prompts) normal requests drew 266 rewards and two-mode ones 539
-    where the best fixed N was 106, 0.85 of that N's profit at c = 1e-3 against 1.00 for the
-    cold start (README "Heterogeneous continuous deployments"). There the cold start decides."""
+    A one-mode fit to prompts of different shapes is a blend whose tail fits none of them, and a
+    request's own rewards move only its location and scale under it: on a deployment of normal,
+    Gumbel, skew-normal, Student-t, exponential and two-mode prompts (``mixed`` without its clipped
+    prompts) normal requests drew 266 rewards and two-mode ones 539 where the best fixed N was 106,
+    0.85 of that N's profit at c = 1e-3 against 1.00 for the cold start (docs/robust-stopping.md
+    "Heterogeneous continuous deployments"). There the cold start decides."""
     fitted = _continuous_shape(prior)
     if fitted is None:
         return None
@@ -726,10 +726,10 @@ def _untrusted_shape(prior: object) -> FittedShape | None:
 
 def _may_be_blend(prior: object, fitted: FittedShape | None, shape: CostShape | None) -> bool:
     """Is the learned shape a request decides on possibly a blend of different prompts' shapes,
-    so that the cold start should cap it (``BLEND_CAP``)? A one-mode fit before trust always
-    is; any learned shape (trusted, or a two-mode fit) while the shared-shape tests are early
-    and noisy (``EARLY_REQUESTS``) may be. Capped for the whole deployment, the long mixture
-    and Student-t deployments lost 0.26 / 0.13 point at c = 1e-3 (README "A cap on a one-mode
+    so that the cold start should cap it (``BLEND_CAP``)? A one-mode fit before trust always is; any
+    learned shape (trusted, or a two-mode fit) while the shared-shape tests are early and noisy
+    (``EARLY_REQUESTS``) may be. Capped for the whole deployment, the long mixture and Student-t
+    deployments lost 0.26 / 0.13 point at c = 1e-3 (docs/robust-stopping.md "A cap on a one-mode
     blend")."""
     if fitted is None and shape is None:
         return False  # the cold start decides: nothing learned to cap

@@ -1,13 +1,12 @@
 """A deployment's standardised reward shape, estimated by likelihood from raw reward streams.
 
-Why: the target-mode stop table (:mod:`stoppers.robust.shape_prior`) is only as good as the
-shape it is built on, and the delivered acceptance is steep in the shape's alpha-quantile
-(measured on exponential rewards at target 0.7: a 0.99-quantile of 3.29 instead of 3.59
-delivers 0.64, 3.66 delivers 0.74). The histogram :class:`ShapePrior` records - each draw
-standardised by the mean and sd before it, mapped through normal theory - is exact only for
-normal rewards; on Gumbel, exponential or skewed rewards its body comes out too wide and its
-tail too light however many requests it learns from (README, "What limits the target
-promise").
+Why: the target-mode stop table (:mod:`stoppers.robust.shape_prior`) is only as good as the shape it
+is built on, and the delivered acceptance is steep in the shape's alpha-quantile (measured on
+exponential rewards at target 0.7: a 0.99-quantile of 3.29 instead of 3.59 delivers 0.64, 3.66
+delivers 0.74). The histogram :class:`ShapePrior` records - each draw standardised by the mean and
+sd before it, mapped through normal theory - is exact only for normal rewards; on Gumbel,
+exponential or skewed rewards its body comes out too wide and its tail too light however many
+requests it learns from (docs/robust-stopping.md, "What limits the target promise").
 
 The likelihood does not depend on the stopping rule: a request that stopped after n rewards
 contributes prod_k f((x_k - mu) / sigma) / sigma whatever rule stopped it (the stop decisions

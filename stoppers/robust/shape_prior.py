@@ -46,7 +46,7 @@ on a histogram, a generalised Pareto tail above the 0.9-quantile) - a likelihood
 rule does not bend. The recorded histogram remains the shape with ``likelihood=False`` (the
 earlier default, for comparison), until ``LIKELIHOOD_MIN_STREAMS`` streams are kept (a snapshot
 restored from before the streams), and for the cost-mode subclass. With
-``ShapePrior(likelihood=False, deconvolve=True)`` (opt-in; README "Target mode on a
+``ShapePrior(likelihood=False, deconvolve=True)`` (opt-in; docs/robust-stopping.md "Target mode on a
 deployment"), before the plug-in rule :func:`build_table` deconvolves the recorded histogram:
 the shape is a two-parameter (Tukey g-and-h) map of it, fitted so that streams simulated from
 it, stopped by the rule and recorded as :meth:`ShapePrior.update` records them reproduce the
@@ -155,16 +155,16 @@ class ShapePrior:
     default). False: on the recorded histogram of predictive draws (the earlier default; kept for
     comparison and used until ``LIKELIHOOD_MIN_STREAMS`` streams are kept).
     ``deconvolve``: with the recorded histogram, fit the shape to what the prior records before
-    building a table (:func:`build_table`). Opt-in: more target cells within 0.03 than the
-    recorded histogram but fewer samples saved (README, "Target mode on a deployment").
+    building a table (:func:`build_table`). Opt-in: more target cells within 0.03 than the recorded
+    histogram but fewer samples saved (docs/robust-stopping.md, "Target mode on a deployment").
     ``streams``: the kept streams (lists of floats, oldest first); persisted.
     ``ceiling`` / ``floor``: the top / bottom of the reward scale once requests keep reaching it
     exactly (:mod:`stoppers.robust.ceiling`; learned from every request offered, persisted).
     ``scale_shrink``: in [0, 1], the weight of the learned scales against a request's own sd
-    (the tables' scale-prior precision is multiplied by it). 1 (default): the Bayes posterior,
-    which saves the most but lets wide prompts get less than the target and narrow ones more;
-    smaller values trade savings for each prompt getting closer to its target (README, "Target
-    mode on a deployment", per-spread table). A setting, not evidence: not persisted; set it
+    (the tables' scale-prior precision is multiplied by it). 1 (default): the Bayes posterior, which
+    saves the most but lets wide prompts get less than the target and narrow ones more; smaller
+    values trade savings for each prompt getting closer to its target (docs/robust-stopping.md,
+    "Target mode on a deployment", per-spread table). A setting, not evidence: not persisted; set it
     before the first table is built (the gateway does when it creates or restores the prior).
     ``max_tables``: stop tables kept (LRU; not persisted).
     ``schedule_build``: None (default) - :meth:`table` builds a missing or stale table itself,
@@ -333,14 +333,14 @@ class ShapePrior:
         """The kept streams the likelihood shape is fitted to: the continuous ones where they
         are the majority (and at least ``LIKELIHOOD_MIN_STREAMS``), else all of them.
 
-        A histogram density has no room for a clip's point mass or a rounding lattice, so a
-        minority of tied streams - the clipped prompts of a deployment whose other prompts
-        score on a continuum - bends the shape every request's table is built on (a fifth of
-        clipped streams among normal ones pulled the fit's 0.9-quantile from 1.25-1.29 to
-        1.13-1.21, tested). In replay on ``mixed`` (a seventh clipped) the calibrated tables
-        had absorbed most of it: warm saves moved within +-0.03 (README "Target mode on a
-        deployment"). Where tied streams are the majority (a clipped or judge-logit
-        deployment) they are the deployment, and all are fitted as before.
+        A histogram density has no room for a clip's point mass or a rounding lattice, so a minority
+        of tied streams - the clipped prompts of a deployment whose other prompts score on a
+        continuum - bends the shape every request's table is built on (a fifth of clipped streams
+        among normal ones pulled the fit's 0.9-quantile from 1.25-1.29 to 1.13-1.21, tested). In
+        replay on ``mixed`` (a seventh clipped) the calibrated tables had absorbed most of it: warm
+        saves moved within +-0.03 (docs/robust-stopping.md "Target mode on a deployment"). Where
+        tied streams are the majority (a clipped or judge-logit deployment) they are the deployment,
+        and all are fitted as before.
         """
         ties = self._tie_flags()
         continuous = [s for s, tied in zip(self.streams, ties, strict=True) if not tied]

@@ -1,4 +1,5 @@
-"""How often a deployment's learned shape passes the shared-shape tests (README, cost mode).
+"""How often a deployment's learned shape passes the shared-shape tests (docs/robust-stopping.md,
+cost mode).
 
 Why: :class:`~stoppers.robust.shape_cost.ShapePandora` trusts a deployment's pooled shape only
 while both tests of :class:`~stoppers.robust.shape_cost.CostShapePrior` stay at or below

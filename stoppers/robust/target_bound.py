@@ -1,13 +1,13 @@
 """What target mode could save if each prompt's reward distribution were known: a bound.
 
-Why: the issue asks for a median save of 30% at target 0.9 against the fixed N that reaches the
-same acceptance. Whether any rule can do that depends on the prompt's distribution, so before
-asking a learning rule for it, this module measures what the *best* rule saves when it knows the
-distribution. Told the distribution, minimising the mean samples subject to a mean acceptance
-``t`` is a Lagrangian problem whose solution is Weitzman's rule on the AR scale (README, "Target
-mode on a deployment"): after the ``min_samples`` floor, stop at the first n whose best reward
-reaches a fixed threshold. The thresholds trace a frontier of (mean acceptance, mean samples);
-mixing two thresholds at random reaches every point of its lower convex hull, and for
+Why: the issue asks for a median save of 30% at target 0.9 against the fixed N that reaches the same
+acceptance. Whether any rule can do that depends on the prompt's distribution, so before asking a
+learning rule for it, this module measures what the *best* rule saves when it knows the
+distribution. Told the distribution, minimising the mean samples subject to a mean acceptance ``t``
+is a Lagrangian problem whose solution is Weitzman's rule on the AR scale (docs/robust-stopping.md,
+"Target mode on a deployment"): after the ``min_samples`` floor, stop at the first n whose best
+reward reaches a fixed threshold. The thresholds trace a frontier of (mean acceptance, mean
+samples); mixing two thresholds at random reaches every point of its lower convex hull, and for
 independent draws no rule (fixed threshold or not) can do better than the hull, so its value at
 ``t`` is the fewest mean samples that deliver ``t``. The replayed streams draw a finite pool
 without replacement, which a rule could in principle exploit; on 960-reward pools that is

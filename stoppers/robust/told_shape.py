@@ -1,12 +1,12 @@
 """What a cost request would earn told its prompt's shape: ``python -m stoppers.robust.told_shape``.
 
-Why: on a deployment whose prompts differ in shape (several kinds of task behind one model),
-one shape fitted to all of them is a blend whose tail fits none, so the cost default decides
-there on the per-request cold start (README "Heterogeneous continuous deployments"). Whether a
-*per-prompt* choice of shape - a mixture of shapes learned across the deployment, each request
-weighing the components by its own rewards - is worth building depends on two numbers this
-ablation measures: what cost mode's likelihood rule earns told each prompt's shape, and how
-much of that survives when the request must infer which shape is its own.
+Why: on a deployment whose prompts differ in shape (several kinds of task behind one model), one
+shape fitted to all of them is a blend whose tail fits none, so the cost default decides there on
+the per-request cold start (docs/robust-stopping.md "Heterogeneous continuous deployments"). Whether
+a *per-prompt* choice of shape - a mixture of shapes learned across the deployment, each request
+weighing the components by its own rewards - is worth building depends on two numbers this ablation
+measures: what cost mode's likelihood rule earns told each prompt's shape, and how much of that
+survives when the request must infer which shape is its own.
 
 It replays the likelihood rule of :mod:`stoppers.robust.likelihood_cost` (stop once the
 posterior mean of the one-step gain E[(AR(V) - AR(best))+] is <= c; Definitions "Fair-cap
@@ -22,7 +22,7 @@ has them, so this is report-only:
   at the dip below its top mode (:func:`~stoppers.robust.likelihood_cost.mode_split`) and
   re-weighted, ``(1 - w) bulk + w better``, re-standardised, w the pooled weight times
   ``WEIGHT_FACTORS`` (equal prior weights). Two-mode prompts differ in how often the better
-  mode comes, so even their own family's pooled shape misleads them (README);
+  mode comes, so even their own family's pooled shape misleads them (docs/robust-stopping.md);
 * ``mixture``: the label shapes as one mixture, weighted by the labels' shares; the request's
   posterior runs over (shape, m, log s), each shape weighed by its evidence
   (:meth:`~stoppers.robust.likelihood_cost.FittedShape.log_posterior`) and judged against its

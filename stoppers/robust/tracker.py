@@ -29,7 +29,7 @@ ALL_TIED = 16
 # Cost mode waits longer at a point mass: on the AlpacaEval pool, where most responses sit at
 # the judge's lower clip and ~1 in 10 is much better, stopping after 16 identical rewards cost
 # TailPandora 2 points of the oracle's profit at c = 1e-3 (0.942 vs 0.963 with 32), and `clipped`
-# lost 0.1 point (README "Cost mode by backward induction", the tie rule).
+# lost 0.1 point (docs/robust-stopping.md "Cost mode by backward induction", the tie rule).
 COST_ALL_TIED = 32
 
 
@@ -42,7 +42,7 @@ class BestTies:
     Unlike :meth:`TailTracker.tied_ceiling` there is no point-mass rule (16 identical rewards):
     on the AlpacaEval pool, where most responses sit at the judge's lower clip, it stopped
     requests before their few good responses (ShapePandora 0.966 -> 0.946 of the oracle at
-    c = 1e-3, frozen-prior replay, README "Cost mode by backward induction").
+    c = 1e-3, frozen-prior replay, docs/robust-stopping.md "Cost mode by backward induction").
 
     ``enabled=False`` when the deployment's ceiling is established
     (:class:`~stoppers.robust.ceiling.RewardCeiling`): the top of the scale is then known, and

@@ -56,20 +56,19 @@ MIN_REQUESTS = 8  # requests learned before g replaces the fixed shrinkage
 OPTIMISM = 1.0
 # Bounded tails need no confidence margin. The cold start widens its tail scale and raises its
 # benchmark by a few standard errors (TailPandora's scale_z, kappa_z): insurance against a tail
-# heavier than its fit, which costs little where the tail is long. On a tail that ends soon
-# after the best - the "better mode" cluster above a gap of bimodal prompts, fitted at xi of
-# -0.3 to -0.6 - the margins keep the search going long after it has nothing left to find
-# (mixture cold starts drew 145 rewards per request at c = 1e-3, the best fixed N 63). So a
-# request's fit keeps the share of the margins equal to its posterior probability of
-# xi >= BOUNDED_XI under g. Its median over requests of 48 rewards after 8 learned ones
-# (40-150 rewards each, the seed-0 pools): 0.98-1.00 on Gumbel, Student-t, exponential,
-# lognormal and logistic prompts, 0.95 on normal and skew-normal ones, 0.23 on bimodal
-# `mixture` ones (README "Bounded tails need no margin"). It applies from SHARE_MIN_REQUESTS
-# learned requests on, before g replaces the shrinkage (MIN_REQUESTS): telling bounded from
-# open tails needs less evidence than a shape does. The cut and the start were chosen on the
-# seed-0 mixture, normal, Student-t and `mixed` pools (24 x 30 deployments); with the shape
-# also learned from 2 requests, -0.15 took half the margins off normal prompts and cost `mixed`
-# 0.4 point at c = 1e-4.
+# heavier than its fit, which costs little where the tail is long. On a tail that ends soon after
+# the best - the "better mode" cluster above a gap of bimodal prompts (fitted xi: -0.3 to -0.6) -
+# the margins keep the search going long after it has nothing left to find (mixture cold starts drew
+# 145 rewards per request at c = 1e-3, the best fixed N 63). So a request's fit keeps the share of
+# the margins equal to its posterior probability of xi >= BOUNDED_XI under g. Its median over
+# requests of 48 rewards after 8 learned ones (40-150 rewards each, the seed-0 pools): 0.98-1.00 on
+# Gumbel, Student-t, exponential, lognormal and logistic prompts, 0.95 on normal and skew-normal
+# ones, 0.23 on bimodal `mixture` ones (docs/robust-stopping.md "Bounded tails need no margin"). It
+# applies from SHARE_MIN_REQUESTS learned requests on, before g replaces the shrinkage
+# (MIN_REQUESTS): telling bounded from open tails needs less evidence than a shape does. The cut and
+# the start were chosen on the seed-0 mixture, normal, Student-t and `mixed` pools (24 x 30
+# deployments); with the shape also learned from 2 requests, -0.15 took half the margins off normal
+# prompts and cost `mixed` 0.4 point at c = 1e-4.
 BOUNDED_XI = -0.3
 SHARE_MIN_REQUESTS = 2
 MIN_REWARDS = 8  # shorter requests teach nothing (as TailPrior)
