@@ -8,7 +8,8 @@ import math
 import numpy as np
 
 from stoppers.robust.shape_likelihood import fit_shape
-from stoppers.robust.shape_prior import Z_EDGES, ShapePrior
+from stoppers.robust.shape_prior import ShapePrior
+from stoppers.robust.stop_table import Z_EDGES
 
 
 def _continuous(rng: np.random.Generator, size: int = 40) -> np.ndarray:

@@ -17,7 +17,7 @@ from stoppers.robust.shape_cost import (
     ShapePandora,
     cost_shape_prior,
 )
-from stoppers.robust.shape_prior import Z_BINS, Z_HI, Z_LO
+from stoppers.robust.stop_table import Z_BINS, Z_HI, Z_LO
 
 
 def _learned(draws, requests: int = 40, n: int = 80, seed: int = 0) -> CostShapePrior:

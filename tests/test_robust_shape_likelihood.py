@@ -13,8 +13,9 @@ from stoppers.robust import shape_prior as sp
 from stoppers.robust.shape_cost import CostShapePrior
 from stoppers.robust.shape_likelihood import _gpd_tail, fit_shape
 from stoppers.robust.shape_prior import ShapePrior
+from stoppers.robust.stop_table import Z_EDGES
 
-EDGES = np.linspace(sp.Z_LO, sp.Z_HI, sp.Z_BINS + 1)
+EDGES = Z_EDGES
 CENTRES = 0.5 * (EDGES[:-1] + EDGES[1:])
 EULER = 0.5772156649015329
 GUMBEL_SD = math.pi / math.sqrt(6.0)

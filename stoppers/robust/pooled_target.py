@@ -36,7 +36,8 @@ from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.multiplier_target import MultiplierTargetRule
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.shape_cost import evaluation_due, scale_prior
-from stoppers.robust.shape_prior import ShapePrior, StopTable
+from stoppers.robust.shape_prior import ShapePrior
+from stoppers.robust.stop_table import StopTable
 from stoppers.robust.target import TailTargetAcceptance
 from stoppers.robust.tracker import BestTies
 

@@ -68,16 +68,8 @@ from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.likelihood_cost import TIED_MAX, FittedShape, sd_precision
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
-from stoppers.robust.shape_prior import (
-    S_BINS,
-    S_HI,
-    S_LO,
-    Z_BINS,
-    Z_HI,
-    Z_LO,
-    ShapePrior,
-    _s_bin,
-)
+from stoppers.robust.shape_prior import ShapePrior
+from stoppers.robust.stop_table import S_BINS, S_HI, S_LO, Z_BINS, Z_HI, Z_LO, s_bin
 from stoppers.robust.tracker import BestTies
 from stoppers.robust.xi_prior import XiPrior
 
@@ -260,7 +252,7 @@ class CostShapePrior(ShapePrior):
         sd = float(x.std(ddof=1))
         if not sd > 0.0:
             return tail_learned
-        self.s_counts[_s_bin(np.array([math.log(sd)]))[0]] += 1.0
+        self.s_counts[s_bin(np.array([math.log(sd)]))[0]] += 1.0
         self.requests += 1
         if self.likelihood:  # short streams too: leaving them out would select on the data
             self.keep_stream(x)

@@ -24,8 +24,9 @@ What it keeps (bounded, JSON-safe):
 * (default) the first ``STREAM_REWARDS`` rewards of each of the last ``STREAM_REQUESTS``
   requests, for the likelihood shape below (at most 256 x 96 floats).
 
-What it derives (cached, rebuilt as evidence grows by ``rebuild_growth``; at most
-``max_tables`` tables are kept, least recently used dropped first):
+What it derives (:func:`build_table`, with the rule and its calibration from
+:mod:`stoppers.robust.stop_table`; cached, rebuilt as evidence grows by ``rebuild_growth``;
+at most ``max_tables`` tables are kept, least recently used dropped first):
 
 * ``z_star(log s)``: for a prompt of scale s, the standardised threshold whose conditional mean
   acceptance is t under the learned shape (the known-distribution rule);
@@ -47,7 +48,8 @@ rule does not bend. The recorded histogram remains the shape with ``likelihood=F
 earlier default, for comparison), until ``LIKELIHOOD_MIN_STREAMS`` streams are kept (a snapshot
 restored from before the streams), and for the cost-mode subclass. With
 ``ShapePrior(likelihood=False, deconvolve=True)`` (opt-in; docs/robust-stopping.md "Target mode on a
-deployment"), before the plug-in rule :func:`build_table` deconvolves the recorded histogram:
+deployment"), before the plug-in rule :func:`build_table` deconvolves the recorded histogram
+(:mod:`stoppers.robust.shape_deconvolve`):
 the shape is a two-parameter (Tukey g-and-h) map of it, fitted so that streams simulated from
 it, stopped by the rule and recorded as :meth:`ShapePrior.update` records them reproduce the
 recorded quantiles. The normal shape is a fixed point. A build runs ~7 calibration-sized
@@ -73,73 +75,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from stoppers.robust.ceiling import RewardCeiling, RewardFloor
 from stoppers.robust.likelihood_cost import EDGES, TIED_MAX, FittedShape, stream_ties
+from stoppers.robust.shape_deconvolve import deconvolve_shape, predictive_to_normal
 from stoppers.robust.shape_likelihood import _rebin, fit_shape
+from stoppers.robust.stop_table import (
+    S_BINS,
+    Z_BINS,
+    Z_EDGES,
+    StopTable,
+    TableKey,
+    calibrate,
+    plug_in,
+    s_bin,
+    z_bin,
+)
 
-__all__ = ["MAX_TABLES", "ShapePrior", "StopTable", "TableKey"]
+__all__ = ["MAX_TABLES", "ShapePrior", "build_table"]
 
-Z_LO, Z_HI, Z_BINS = -12.0, 12.0, 1200  # bin width 0.02
-S_LO, S_HI, S_BINS = -12.0, 12.0, 480  # log-sd bin width 0.05
-LOG_S_GRID = np.linspace(-4.0, 4.0, 33)  # where z_star is tabulated (relative to the median)
-SIM_STREAMS = 800
-SIM_HORIZON = 256  # simulated streams stop here (longer runs are rare at targets <= 0.95)
-SLOPES = (1.5, 3.0, 5.0, 8.0)  # candidate small-sample slopes of the offset
 MAX_TABLES = 32  # stop tables cached per prior (LRU): client-chosen keys cannot grow memory
 STREAM_REQUESTS = 256  # the likelihood shape is fitted to the most recent requests' streams,
 STREAM_REWARDS = 96  # ... each cut to its first rewards (a fixed cut keeps the likelihood valid)
-MIN_SCALE_SHRINK = 1e-6  # scale_shrink 0: the prior still names a scale before any sd exists
 LIKELIHOOD_MIN_STREAMS = 10  # fewer kept streams (a restored old snapshot): the recorded shape
 # The target default takes a fitted shape's modes at their word (multimodal_shape) only from
 # this many requests' streams: fits to 8-10 streams of unimodal families came out bimodal in 1
 # of 280 (seed-0 pools), none from 16 (likelihood_cost.MODE_DIP); a unimodal deployment misread
 # as bimodal would run the multiplier rule, which under-delivers on long tails.
 MULTIMODAL_MIN_REQUESTS = 16
-
-# (target to 3 decimals, min_samples, horizon, alpha): what one stop table is built for
-TableKey = tuple[float, int, int, float]
-
-
-@dataclass(frozen=True)
-class StopTable:
-    """The per-request decision data for one (target, min_samples, horizon)."""
-
-    target: float
-    log_s_grid: tuple[float, ...]  # absolute log-scale grid
-    z_star: tuple[float, ...]  # threshold on (best - mean) / scale at each grid point
-    offset: float  # Monte Carlo bias correction added to z_star
-    slope: float  # ... plus slope / sqrt(n - 1): the small-sample part of the correction
-    scale_mu: float  # prior mean of log scale
-    scale_prec: float  # prior precision of log scale
-    sd_weight: float  # likelihood precision per sample of log sd (2 / (kurtosis - 1))
-    requests: int  # evidence the table was built on
-    simulated_acceptance: float  # the mean acceptance the calibrated rule reached in simulation
-    simulated_samples: float
-
-    def scale(self, n: int, sd: float) -> float:
-        """Posterior-mean log scale, exponentiated: own sd shrunk to the learned scales."""
-        if sd > 0.0 and n > 1:
-            w = self.sd_weight * (n - 1)
-            return math.exp(
-                (self.scale_prec * self.scale_mu + w * math.log(sd)) / (self.scale_prec + w)
-            )
-        return math.exp(self.scale_mu)
-
-    def threshold(self, log_s: float, n: int) -> float:
-        """z_star(log s) + offset + slope / sqrt(n - 1), z_star linear between grid points."""
-        grid, zs = self.log_s_grid, self.z_star
-        offset = self.offset + self.slope / math.sqrt(max(n - 1, 1))
-        if log_s <= grid[0]:
-            return zs[0] + offset
-        if log_s >= grid[-1]:
-            return zs[-1] + offset
-        step = grid[1] - grid[0]
-        pos = (log_s - grid[0]) / step
-        i = int(pos)
-        frac = pos - i
-        return zs[i] + frac * (zs[i + 1] - zs[i]) + offset
 
 
 @dataclass
@@ -227,8 +190,8 @@ class ShapePrior:
         if not sd > 0.0:
             return False
         z = self._standardise(x)
-        self.z_counts += np.bincount(_z_bin(z), minlength=Z_BINS)
-        self.s_counts[_s_bin(np.array([math.log(sd)]))[0]] += 1.0
+        self.z_counts += np.bincount(z_bin(z), minlength=Z_BINS)
+        self.s_counts[s_bin(np.array([math.log(sd)]))[0]] += 1.0
         self.requests += 1
         if self.likelihood:
             self.keep_stream(x)
@@ -271,7 +234,7 @@ class ShapePrior:
         keep[: self.min_rewards - 1] = False
         past = k[:-1][keep]  # draws the estimates were made from
         t = (x[1:][keep] - prev_mean[keep]) / (prev_sd[keep] * np.sqrt(1.0 + 1.0 / past))
-        return _predictive_to_normal(past, t)
+        return predictive_to_normal(past, t)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe snapshot (sparse histograms), restore with :meth:`from_dict`."""
@@ -485,24 +448,6 @@ class ShapePrior:
         return cached
 
 
-def _predictive_to_normal(past: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Map the predictive statistic after ``past`` draws to the normal scale: Student-t(past - 1)
-    is its law for normal rewards (for other shapes this removes the estimation noise to first
-    order). What :meth:`ShapePrior.update` records and what the deconvolution simulates."""
-    u = np.clip(special.stdtr(past - 1.0, t), 1e-12, 1.0 - 1e-12)
-    return special.ndtri(u)
-
-
-def _z_bin(z: np.ndarray) -> np.ndarray:
-    """Index of the standardised-reward histogram bin of each ``z`` (clipped to the range)."""
-    return np.clip(((z - Z_LO) / (Z_HI - Z_LO) * Z_BINS).astype(np.int64), 0, Z_BINS - 1)
-
-
-def _s_bin(log_sd: np.ndarray) -> np.ndarray:
-    """Index of the log-sd histogram bin of each ``log_sd`` (clipped to the range)."""
-    return np.clip(((log_sd - S_LO) / (S_HI - S_LO) * S_BINS).astype(np.int64), 0, S_BINS - 1)
-
-
 def _streams_of(streams: Any) -> list[list[float]]:
     """Validated kept streams: at most ``STREAM_REQUESTS`` lists of at most ``STREAM_REWARDS``
     finite numbers (ValueError otherwise: nothing :meth:`ShapePrior.to_dict` could write)."""
@@ -533,17 +478,6 @@ def _histogram(sparse: Any, bins: int, name: str) -> list[float]:
     return out
 
 
-def _centres(lo: float, hi: float, bins: int) -> np.ndarray:
-    width = (hi - lo) / bins
-    return lo + width * (np.arange(bins) + 0.5)
-
-
-def _ar(x: np.ndarray) -> np.ndarray:
-    """AR as a function of v - kappa (Definition "Acceptance Rate"), overflow-safe."""
-    with np.errstate(over="ignore"):
-        return np.minimum(2.0 / (1.0 + np.exp(-x)), 1.0)
-
-
 def build_table(
     z_counts: np.ndarray,
     s_counts: np.ndarray,
@@ -566,7 +500,7 @@ def build_table(
     skewed or heavy shapes that statistic is distorted (measured on Gumbel deployments: recorded
     0.99-quantile 2.85 against the true 3.14, body too wide), and a table built on it
     under-delivered low targets (0.7 -> 0.62-0.64). So the shape is *deconvolved* first
-    (:func:`_deconvolve`): the recorded histogram passed through the Tukey g-and-h map whose
+    (:func:`deconvolve_shape`): the recorded histogram passed through the Tukey g-and-h map whose
     simulated record - streams drawn from it, stopped by the rule calibrated on the recorded
     histogram, recorded exactly as ``update`` records - matches the recorded quantiles. Two
     parameters (skew g, tail weight h) keep the inversion stable: a bin-by-bin fixed point
@@ -574,244 +508,10 @@ def build_table(
     """
     observed = z_counts / z_counts.sum()
     sw = s_counts / s_counts.sum()
-    raw, q_raw = _plug_in(observed, sw, target, alpha, requests, scale_shrink)
-    rule = _calibrate(raw, observed, sw, q_raw, min_samples, horizon, requests)
+    raw, q_raw = plug_in(observed, sw, target, alpha, requests, scale_shrink)
+    rule = calibrate(raw, observed, sw, q_raw, min_samples, horizon, requests)
     if not deconvolve:
         return rule
-    w = _deconvolve(observed, sw, rule, min_samples, horizon, requests, min_rewards)
-    table, q_alpha = _plug_in(w, sw, target, alpha, requests, scale_shrink)
-    return _calibrate(table, w, sw, q_alpha, min_samples, horizon, requests)
-
-
-def _plug_in(
-    w: np.ndarray,
-    sw: np.ndarray,
-    target: float,
-    alpha: float,
-    requests: int,
-    scale_shrink: float = 1.0,
-) -> tuple[StopTable, float]:
-    """The known-distribution rule for shape ``w`` (uncalibrated) and its alpha-quantile;
-    the scale prior's precision is weighted by ``scale_shrink`` (ShapePrior)."""
-    zc = _centres(Z_LO, Z_HI, Z_BINS)
-    cdf = np.cumsum(w)
-    q_alpha = float(zc[min(np.searchsorted(cdf, alpha), Z_BINS - 1)])
-    mean = float(w @ zc)
-    var = float(w @ (zc - mean) ** 2)
-    kurt = float(w @ (zc - mean) ** 4) / max(var * var, 1e-12)
-    sd_weight = 4.0 / max(kurt - 1.0, 0.5)  # 1 / Var(log sd) per sample (2 for the normal)
-    sc = _centres(S_LO, S_HI, S_BINS)
-    mu = float(sw @ sc)
-    s_var = max(float(sw @ (sc - mu) ** 2), 0.01)
-    grid = mu + LOG_S_GRID
-    # h(z; s) = E[AR(s (Z - q)) | Z >= z]: reverse cumulative means over the histogram.
-    ar = _ar(np.exp(grid)[:, None] * (zc[None, :] - q_alpha))  # (grid, bins)
-    mass = np.cumsum(w[::-1])[::-1]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        h = np.cumsum((ar * w)[:, ::-1], axis=1)[:, ::-1] / mass
-    h = np.where(mass > 0, h, 1.0)
-    reach = h >= target
-    first = np.argmax(reach, axis=1)
-    first = np.where(reach.any(axis=1), first, Z_BINS - 1)
-    z_star = zc[first]
-    table = StopTable(
-        target=target,
-        log_s_grid=tuple(float(v) for v in grid),
-        z_star=tuple(float(v) for v in z_star),
-        offset=0.0,
-        slope=0.0,
-        scale_mu=mu,
-        scale_prec=max(scale_shrink, MIN_SCALE_SHRINK) / s_var,
-        sd_weight=sd_weight,
-        requests=requests,
-        simulated_acceptance=math.nan,
-        simulated_samples=math.nan,
-    )
-    return table, q_alpha
-
-
-def _streams(
-    w: np.ndarray, sw: np.ndarray, horizon: int, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Simulated standardised draws (streams, horizon) from ``w`` and log scales from ``sw``."""
-    rng = np.random.default_rng([seed, 7])
-    r, t = SIM_STREAMS, min(horizon, SIM_HORIZON)
-    zw = (Z_HI - Z_LO) / Z_BINS
-    # inverse-CDF draws from the histograms (bin, then uniform within it)
-    u = rng.random((r, t)) * np.cumsum(w)[-1]
-    z = Z_LO + zw * (np.minimum(np.searchsorted(np.cumsum(w), u), Z_BINS - 1) + rng.random((r, t)))
-    sww = (S_HI - S_LO) / S_BINS
-    s_cdf = np.cumsum(sw)
-    pick = np.minimum(np.searchsorted(s_cdf, rng.random(r) * s_cdf[-1]), S_BINS - 1)
-    log_s = S_LO + sww * (pick + rng.random(r))
-    return z, log_s
-
-
-def _rule_margin(
-    table: StopTable, x: np.ndarray, min_samples: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """What the policy computes on simulated streams ``x``: its margin over z_star (-inf
-    before ``min_samples``), the small-sample shrink, the running best, mean and variance."""
-    n = np.arange(1, x.shape[1] + 1, dtype=np.float64)
-    mean = np.cumsum(x, axis=1) / n
-    with np.errstate(invalid="ignore", divide="ignore"):
-        var = (np.cumsum(x * x, axis=1) - n * mean * mean) / (n - 1)
-    sd = np.sqrt(np.maximum(var, 0.0))
-    wt = table.sd_weight * (n - 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_sd = np.where(sd > 0, np.log(sd), table.scale_mu)
-    post = (table.scale_prec * table.scale_mu + wt * log_sd) / (table.scale_prec + wt)
-    best = np.maximum.accumulate(x, axis=1)
-    z_star = np.interp(post, table.log_s_grid, table.z_star)
-    margin = (best - mean) / np.exp(post) - z_star
-    margin[:, : max(min_samples, 2) - 1] = -np.inf
-    shrink = 1.0 / np.sqrt(np.maximum(n - 1.0, 1.0))
-    return margin, shrink, best, mean, var
-
-
-def _calibrate(
-    table: StopTable,
-    w: np.ndarray,
-    sw: np.ndarray,
-    q_alpha: float,
-    min_samples: int,
-    horizon: int,
-    seed: int,
-) -> StopTable:
-    """Bisect the offset so that the simulated rule's mean acceptance equals the target."""
-    z, log_s = _streams(w, sw, horizon, seed)
-    r, t = z.shape
-    x = np.exp(log_s)[:, None] * z
-    kappa = np.exp(log_s) * q_alpha
-    base, shrink, best, _, _ = _rule_margin(table, x, min_samples)
-    acc_at = _ar(best - kappa[:, None])
-    rows = np.arange(r)
-
-    def run(dmax: np.ndarray, offset: float) -> tuple[float, float]:
-        hit = dmax >= offset
-        stop = np.where(hit.any(axis=1), np.argmax(hit, axis=1), t - 1)
-        return float(acc_at[rows, stop].mean()), float(stop.mean() + 1)
-
-    best_choice = None
-    for slope in SLOPES:
-        dmax = np.maximum.accumulate(base - slope * shrink, axis=1)
-        lo, hi = -3.0, 3.0
-        for _ in range(12):
-            mid = 0.5 * (lo + hi)
-            if run(dmax, mid)[0] >= table.target:
-                hi = mid
-            else:
-                lo = mid
-        acc, samples = run(dmax, hi)
-        if best_choice is None or samples < best_choice[3]:
-            best_choice = (hi, slope, acc, samples)
-    hi, slope, acc, samples = best_choice
-    return StopTable(
-        **{
-            **table.__dict__,
-            "offset": hi,
-            "slope": slope,
-            "simulated_acceptance": acc,
-            "simulated_samples": samples,
-        }
-    )
-
-
-GH_LEVELS = np.array([0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.97, 0.99])  # quantiles matched
-GH_STEPS = 3  # Gauss-Newton steps of the (g, h) fit
-GH_DELTA = np.array([0.05, 0.03])  # finite-difference steps in g and h
-GH_LOWER, GH_UPPER = np.array([-0.6, -0.15]), np.array([0.6, 0.4])
-Z_EDGES = np.linspace(Z_LO, Z_HI, Z_BINS + 1)
-
-
-def _g_and_h(z: np.ndarray, g: float, h: float) -> np.ndarray:
-    """Tukey's g-and-h map: skew g, tail weight h (the identity at g = h = 0)."""
-    base = z if abs(g) < 1e-9 else np.expm1(g * z) / g
-    return base * np.exp(0.5 * h * z * z)
-
-
-def _gh_moments(w: np.ndarray, g: float, h: float) -> tuple[float, float]:
-    """Mean and sd of the g-and-h image of histogram ``w`` (to standardise it)."""
-    y = _g_and_h(_centres(Z_LO, Z_HI, Z_BINS), g, h)
-    mean = float(w @ y)
-    return mean, math.sqrt(max(float(w @ (y - mean) ** 2), 1e-12))
-
-
-def _gh_shape(w: np.ndarray, g: float, h: float) -> np.ndarray:
-    """Histogram of the standardised g-and-h image of histogram ``w``."""
-    mean, sd = _gh_moments(w, g, h)
-    y = (_g_and_h(_centres(Z_LO, Z_HI, Z_BINS), g, h) - mean) / sd
-    return np.bincount(_z_bin(y), weights=w, minlength=Z_BINS)
-
-
-def _quantiles(w: np.ndarray) -> np.ndarray:
-    """GH_LEVELS quantiles of a histogram (CDF linear within bins)."""
-    cdf = np.concatenate([[0.0], np.cumsum(w)])
-    if not cdf[-1] > 0.0:
-        return np.full(GH_LEVELS.shape, np.nan)  # nothing recorded (streams too short)
-    cdf /= cdf[-1]
-    i = np.clip(np.searchsorted(cdf, GH_LEVELS, side="left"), 1, Z_BINS)
-    lo, hi = cdf[i - 1], cdf[i]
-    frac = np.where(hi > lo, (GH_LEVELS - lo) / np.where(hi > lo, hi - lo, 1.0), 0.5)
-    return Z_EDGES[i - 1] + np.clip(frac, 0.0, 1.0) * (Z_EDGES[i] - Z_EDGES[i - 1])
-
-
-def _recorded(x: np.ndarray, stop: np.ndarray, min_rewards: int) -> np.ndarray:
-    """Histogram of what :meth:`ShapePrior.update` records from streams ``x`` cut at ``stop``."""
-    t = x.shape[1]
-    k = np.arange(1, t + 1, dtype=np.float64)
-    mean = np.cumsum(x, axis=1) / k
-    with np.errstate(invalid="ignore", divide="ignore"):
-        var = (np.cumsum(x * x, axis=1) - k * mean * mean) / np.maximum(k - 1, 1)
-    prev_sd = np.sqrt(np.maximum(var[:, :-1], 0.0))
-    j = np.arange(1, t)  # index of the standardised draw; k[:-1] draws came before it
-    keep = (j[None, :] >= min_rewards) & (j[None, :] <= stop[:, None]) & (prev_sd > 0.0)
-    past = np.broadcast_to(k[:-1], prev_sd.shape)[keep]
-    stat = (x[:, 1:][keep] - mean[:, :-1][keep]) / (prev_sd[keep] * np.sqrt(1.0 + 1.0 / past))
-    z = _predictive_to_normal(past, stat)
-    return np.bincount(_z_bin(z), minlength=Z_BINS).astype(np.float64)
-
-
-def _deconvolve(
-    observed: np.ndarray,
-    sw: np.ndarray,
-    rule: StopTable,
-    min_samples: int,
-    horizon: int,
-    seed: int,
-    min_rewards: int,
-) -> np.ndarray:
-    """The shape whose simulated recorded statistic matches the observed histogram.
-
-    Candidates are standardised g-and-h images of the observed histogram; each is simulated
-    (common random numbers: the same draws, mapped) under ``rule`` - the table calibrated on
-    the observed histogram, i.e. roughly what produced it - and recorded as ``update`` would;
-    (g, h) minimise the squared gap between the recorded and observed GH_LEVELS quantiles
-    (Gauss-Newton, finite differences). The normal shape is a fixed point (g = h = 0).
-    """
-    z, log_s = _streams(observed, sw, horizon, seed)
-    scale = np.exp(log_s)[:, None]
-    target_q = _quantiles(observed)
-    t = z.shape[1]
-
-    def gap(theta: np.ndarray) -> np.ndarray:
-        mean, sd = _gh_moments(observed, *theta)
-        x = scale * ((_g_and_h(z, *theta) - mean) / sd)
-        margin, shrink, _, _, _ = _rule_margin(rule, x, min_samples)
-        hit = margin - rule.slope * shrink >= rule.offset
-        stop = np.where(hit.any(axis=1), np.argmax(hit, axis=1), t - 1)
-        return _quantiles(_recorded(x, stop, min_rewards)) - target_q
-
-    theta = np.zeros(2)
-    for _ in range(GH_STEPS):
-        r0 = gap(theta)
-        jac = np.empty((r0.size, 2))
-        for i in range(2):
-            step = np.zeros(2)
-            step[i] = GH_DELTA[i]
-            jac[:, i] = (gap(theta + step) - r0) / GH_DELTA[i]
-        if not (np.all(np.isfinite(r0)) and np.all(np.isfinite(jac))):
-            break  # nothing to match (e.g. a horizon shorter than what update records)
-        move = np.linalg.lstsq(jac, -r0, rcond=None)[0]
-        theta = np.clip(theta + move, GH_LOWER, GH_UPPER)
-    return _gh_shape(observed, *theta)
+    w = deconvolve_shape(observed, sw, rule, min_samples, horizon, requests, min_rewards)
+    table, q_alpha = plug_in(w, sw, target, alpha, requests, scale_shrink)
+    return calibrate(table, w, sw, q_alpha, min_samples, horizon, requests)

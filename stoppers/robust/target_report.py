@@ -51,16 +51,8 @@ from typing import Any
 import numpy as np
 
 from stoppers.replay.loaders import load_task_labels
-from stoppers.robust.shape_prior import (
-    S_BINS,
-    Z_BINS,
-    ShapePrior,
-    StopTable,
-    TableKey,
-    _s_bin,
-    _z_bin,
-    build_table,
-)
+from stoppers.robust.shape_prior import ShapePrior, build_table
+from stoppers.robust.stop_table import S_BINS, Z_BINS, StopTable, TableKey, s_bin, z_bin
 
 __all__ = [
     "PoolShapeOracle",
@@ -118,8 +110,8 @@ class PoolShapeOracle(ShapePrior):
         if rows.shape[0] == 0:
             raise ValueError("no prompt with spread: the pool has no shape to tell")
         z = (rows - rows.mean(axis=1, keepdims=True)) / sd[:, None]
-        z_counts = np.bincount(_z_bin(z.ravel()), minlength=Z_BINS).astype(np.float64)
-        s_counts = np.bincount(_s_bin(np.log(sd)), minlength=S_BINS).astype(np.float64)
+        z_counts = np.bincount(z_bin(z.ravel()), minlength=Z_BINS).astype(np.float64)
+        s_counts = np.bincount(s_bin(np.log(sd)), minlength=S_BINS).astype(np.float64)
         return partial(cls, likelihood=False, oracle_z=z_counts, oracle_s=s_counts)  # no streams
 
     def prepare(self, key: TableKey) -> Callable[[], StopTable]:

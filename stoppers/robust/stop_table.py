@@ -1,0 +1,250 @@
+"""The target default's stop table: the known-distribution threshold rule for a learned shape,
+calibrated by simulation.
+
+Why: with the prompt's reward distribution known, the cheapest rule that delivers a mean
+acceptance ``t`` stops at the first reward v whose conditional mean acceptance
+h(v) = E[AR_kappa(V) | V >= v] reaches t (the Lagrangian form of Weitzman's rule, Definition
+"Fair-cap value", on the AR scale). A request knows only the deployment's standardised shape and
+distribution of scales (:class:`stoppers.robust.shape_prior.ShapePrior`), so :func:`plug_in`
+tabulates that rule's standardised threshold z_star over the log scale, and :func:`calibrate`
+adds the Monte Carlo offset at which the rule *as the policy runs it* - mean and scale from the
+request's own few rewards, the scale shrunk to the learned scales - delivers t on streams
+simulated from the shape (:func:`simulated_streams`, :func:`rule_margin`).
+
+The grids here (the standardised-reward and log-sd histograms) are the ones the priors record
+on (:func:`z_bin`, :func:`s_bin`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "S_BINS",
+    "S_HI",
+    "S_LO",
+    "Z_BINS",
+    "Z_EDGES",
+    "Z_HI",
+    "Z_LO",
+    "StopTable",
+    "TableKey",
+    "acceptance_of",
+    "bin_centres",
+    "calibrate",
+    "plug_in",
+    "rule_margin",
+    "s_bin",
+    "simulated_streams",
+    "z_bin",
+]
+
+Z_LO, Z_HI, Z_BINS = -12.0, 12.0, 1200  # bin width 0.02
+S_LO, S_HI, S_BINS = -12.0, 12.0, 480  # log-sd bin width 0.05
+Z_EDGES = np.linspace(Z_LO, Z_HI, Z_BINS + 1)
+LOG_S_GRID = np.linspace(-4.0, 4.0, 33)  # where z_star is tabulated (relative to the median)
+SIM_STREAMS = 800
+SIM_HORIZON = 256  # simulated streams stop here (longer runs are rare at targets <= 0.95)
+SLOPES = (1.5, 3.0, 5.0, 8.0)  # candidate small-sample slopes of the offset
+MIN_SCALE_SHRINK = 1e-6  # scale_shrink 0: the prior still names a scale before any sd exists
+
+# (target to 3 decimals, min_samples, horizon, alpha): what one stop table is built for
+TableKey = tuple[float, int, int, float]
+
+
+@dataclass(frozen=True)
+class StopTable:
+    """The per-request decision data for one (target, min_samples, horizon)."""
+
+    target: float
+    log_s_grid: tuple[float, ...]  # absolute log-scale grid
+    z_star: tuple[float, ...]  # threshold on (best - mean) / scale at each grid point
+    offset: float  # Monte Carlo bias correction added to z_star
+    slope: float  # ... plus slope / sqrt(n - 1): the small-sample part of the correction
+    scale_mu: float  # prior mean of log scale
+    scale_prec: float  # prior precision of log scale
+    sd_weight: float  # likelihood precision per sample of log sd (2 / (kurtosis - 1))
+    requests: int  # evidence the table was built on
+    simulated_acceptance: float  # the mean acceptance the calibrated rule reached in simulation
+    simulated_samples: float
+
+    def scale(self, n: int, sd: float) -> float:
+        """Posterior-mean log scale, exponentiated: own sd shrunk to the learned scales."""
+        if sd > 0.0 and n > 1:
+            w = self.sd_weight * (n - 1)
+            return math.exp(
+                (self.scale_prec * self.scale_mu + w * math.log(sd)) / (self.scale_prec + w)
+            )
+        return math.exp(self.scale_mu)
+
+    def threshold(self, log_s: float, n: int) -> float:
+        """z_star(log s) + offset + slope / sqrt(n - 1), z_star linear between grid points."""
+        grid, zs = self.log_s_grid, self.z_star
+        offset = self.offset + self.slope / math.sqrt(max(n - 1, 1))
+        if log_s <= grid[0]:
+            return zs[0] + offset
+        if log_s >= grid[-1]:
+            return zs[-1] + offset
+        step = grid[1] - grid[0]
+        pos = (log_s - grid[0]) / step
+        i = int(pos)
+        frac = pos - i
+        return zs[i] + frac * (zs[i + 1] - zs[i]) + offset
+
+
+def z_bin(z: np.ndarray) -> np.ndarray:
+    """Index of the standardised-reward histogram bin of each ``z`` (clipped to the range)."""
+    return np.clip(((z - Z_LO) / (Z_HI - Z_LO) * Z_BINS).astype(np.int64), 0, Z_BINS - 1)
+
+
+def s_bin(log_sd: np.ndarray) -> np.ndarray:
+    """Index of the log-sd histogram bin of each ``log_sd`` (clipped to the range)."""
+    return np.clip(((log_sd - S_LO) / (S_HI - S_LO) * S_BINS).astype(np.int64), 0, S_BINS - 1)
+
+
+def bin_centres(lo: float, hi: float, bins: int) -> np.ndarray:
+    width = (hi - lo) / bins
+    return lo + width * (np.arange(bins) + 0.5)
+
+
+def acceptance_of(x: np.ndarray) -> np.ndarray:
+    """AR as a function of v - kappa (Definition "Acceptance Rate"), overflow-safe."""
+    with np.errstate(over="ignore"):
+        return np.minimum(2.0 / (1.0 + np.exp(-x)), 1.0)
+
+
+def plug_in(
+    w: np.ndarray,
+    sw: np.ndarray,
+    target: float,
+    alpha: float,
+    requests: int,
+    scale_shrink: float = 1.0,
+) -> tuple[StopTable, float]:
+    """The known-distribution rule for shape ``w`` (uncalibrated) and its alpha-quantile;
+    the scale prior's precision is weighted by ``scale_shrink`` (ShapePrior)."""
+    zc = bin_centres(Z_LO, Z_HI, Z_BINS)
+    cdf = np.cumsum(w)
+    q_alpha = float(zc[min(np.searchsorted(cdf, alpha), Z_BINS - 1)])
+    mean = float(w @ zc)
+    var = float(w @ (zc - mean) ** 2)
+    kurt = float(w @ (zc - mean) ** 4) / max(var * var, 1e-12)
+    sd_weight = 4.0 / max(kurt - 1.0, 0.5)  # 1 / Var(log sd) per sample (2 for the normal)
+    sc = bin_centres(S_LO, S_HI, S_BINS)
+    mu = float(sw @ sc)
+    s_var = max(float(sw @ (sc - mu) ** 2), 0.01)
+    grid = mu + LOG_S_GRID
+    # h(z; s) = E[AR(s (Z - q)) | Z >= z]: reverse cumulative means over the histogram.
+    ar = acceptance_of(np.exp(grid)[:, None] * (zc[None, :] - q_alpha))  # (grid, bins)
+    mass = np.cumsum(w[::-1])[::-1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        h = np.cumsum((ar * w)[:, ::-1], axis=1)[:, ::-1] / mass
+    h = np.where(mass > 0, h, 1.0)
+    reach = h >= target
+    first = np.argmax(reach, axis=1)
+    first = np.where(reach.any(axis=1), first, Z_BINS - 1)
+    z_star = zc[first]
+    table = StopTable(
+        target=target,
+        log_s_grid=tuple(float(v) for v in grid),
+        z_star=tuple(float(v) for v in z_star),
+        offset=0.0,
+        slope=0.0,
+        scale_mu=mu,
+        scale_prec=max(scale_shrink, MIN_SCALE_SHRINK) / s_var,
+        sd_weight=sd_weight,
+        requests=requests,
+        simulated_acceptance=math.nan,
+        simulated_samples=math.nan,
+    )
+    return table, q_alpha
+
+
+def simulated_streams(
+    w: np.ndarray, sw: np.ndarray, horizon: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Simulated standardised draws (streams, horizon) from ``w`` and log scales from ``sw``."""
+    rng = np.random.default_rng([seed, 7])
+    r, t = SIM_STREAMS, min(horizon, SIM_HORIZON)
+    zw = (Z_HI - Z_LO) / Z_BINS
+    # inverse-CDF draws from the histograms (bin, then uniform within it)
+    u = rng.random((r, t)) * np.cumsum(w)[-1]
+    z = Z_LO + zw * (np.minimum(np.searchsorted(np.cumsum(w), u), Z_BINS - 1) + rng.random((r, t)))
+    sww = (S_HI - S_LO) / S_BINS
+    s_cdf = np.cumsum(sw)
+    pick = np.minimum(np.searchsorted(s_cdf, rng.random(r) * s_cdf[-1]), S_BINS - 1)
+    log_s = S_LO + sww * (pick + rng.random(r))
+    return z, log_s
+
+
+def rule_margin(
+    table: StopTable, x: np.ndarray, min_samples: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What the policy computes on simulated streams ``x``: its margin over z_star (-inf
+    before ``min_samples``), the small-sample shrink, the running best, mean and variance."""
+    n = np.arange(1, x.shape[1] + 1, dtype=np.float64)
+    mean = np.cumsum(x, axis=1) / n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        var = (np.cumsum(x * x, axis=1) - n * mean * mean) / (n - 1)
+    sd = np.sqrt(np.maximum(var, 0.0))
+    wt = table.sd_weight * (n - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_sd = np.where(sd > 0, np.log(sd), table.scale_mu)
+    post = (table.scale_prec * table.scale_mu + wt * log_sd) / (table.scale_prec + wt)
+    best = np.maximum.accumulate(x, axis=1)
+    z_star = np.interp(post, table.log_s_grid, table.z_star)
+    margin = (best - mean) / np.exp(post) - z_star
+    margin[:, : max(min_samples, 2) - 1] = -np.inf
+    shrink = 1.0 / np.sqrt(np.maximum(n - 1.0, 1.0))
+    return margin, shrink, best, mean, var
+
+
+def calibrate(
+    table: StopTable,
+    w: np.ndarray,
+    sw: np.ndarray,
+    q_alpha: float,
+    min_samples: int,
+    horizon: int,
+    seed: int,
+) -> StopTable:
+    """Bisect the offset so that the simulated rule's mean acceptance equals the target."""
+    z, log_s = simulated_streams(w, sw, horizon, seed)
+    r, t = z.shape
+    x = np.exp(log_s)[:, None] * z
+    kappa = np.exp(log_s) * q_alpha
+    base, shrink, best, _, _ = rule_margin(table, x, min_samples)
+    acc_at = acceptance_of(best - kappa[:, None])
+    rows = np.arange(r)
+
+    def run(dmax: np.ndarray, offset: float) -> tuple[float, float]:
+        hit = dmax >= offset
+        stop = np.where(hit.any(axis=1), np.argmax(hit, axis=1), t - 1)
+        return float(acc_at[rows, stop].mean()), float(stop.mean() + 1)
+
+    best_choice = None
+    for slope in SLOPES:
+        dmax = np.maximum.accumulate(base - slope * shrink, axis=1)
+        lo, hi = -3.0, 3.0
+        for _ in range(12):
+            mid = 0.5 * (lo + hi)
+            if run(dmax, mid)[0] >= table.target:
+                hi = mid
+            else:
+                lo = mid
+        acc, samples = run(dmax, hi)
+        if best_choice is None or samples < best_choice[3]:
+            best_choice = (hi, slope, acc, samples)
+    hi, slope, acc, samples = best_choice
+    return StopTable(
+        **{
+            **table.__dict__,
+            "offset": hi,
+            "slope": slope,
+            "simulated_acceptance": acc,
+            "simulated_samples": samples,
+        }
+    )
