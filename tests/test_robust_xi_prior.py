@@ -12,7 +12,9 @@ from scipy import stats
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust import TailPandora
 from stoppers.robust.gpd_tail import fit_tail, tail_exceedances
+from stoppers.robust.pooled_target import COLD_START, PooledTargetAcceptance
 from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
+from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.xi_prior import (
     BOUNDED_XI,
     MAX_ROWS,
@@ -264,3 +266,50 @@ def test_cost_prior_persists_its_xi_prior_and_old_snapshots_start_afresh():
     assert CostShapePrior.from_dict(old).xi.requests == 0
     with pytest.raises(ValueError):
         CostShapePrior.from_dict({**prior.to_dict(), "xi": {"g": [1.0]}})
+
+
+def test_target_prior_learns_and_persists_the_tail_shape_distribution():
+    """The target default's prior keeps the same XiPrior as the cost prior (one per model), and a
+    snapshot from before it restores a fresh one."""
+    prior = ShapePrior()
+    for row in _mixture_rows(12, seed=3):
+        assert prior.update(row[:60])
+    assert prior.xi.requests == 12 and prior.xi.learned
+    restored = ShapePrior.from_dict(json.loads(json.dumps(prior.to_dict(), allow_nan=False)))
+    assert restored.xi.to_dict() == prior.xi.to_dict()
+    old = {k: v for k, v in prior.to_dict().items() if k != "xi"}
+    assert ShapePrior.from_dict(old).xi.requests == 0
+    with pytest.raises(ValueError):
+        ShapePrior.from_dict({**prior.to_dict(), "xi": {"g": [1.0]}})
+
+
+def test_target_cold_start_reads_the_deployments_tail_shapes():
+    """Before the target prior's table is trusted (10 requests) the request runs
+    TailTargetAcceptance with the prior's learned xi distribution: on bimodal prompts (the better
+    mode a bounded tail) it drops the benchmark's confidence margin and delivers less of the
+    over-delivered acceptance, at fewer samples; on Student-t prompts it keeps the margin."""
+
+    def run(family: str, prior: ShapePrior | None, seed: int) -> tuple[float, list[float]]:
+        rows = generate(SynthSpec(family=family, prompts=12, samples=400, seed=seed))["rewards"]
+        samples, shares = [], []
+        for row in rows:
+            policy = PooledTargetAcceptance(0.8, prior=prior, max_samples=400)
+            assert policy.cold
+            for reward in row:
+                if policy.observe(float(reward)):
+                    break
+            samples.append(policy.n)
+            shares.append(policy._fallback._tracker.fit.margin_share)
+        return float(np.mean(samples)), shares
+
+    for family, seed in (("mixture", 4), ("student-t", 5)):
+        prior = ShapePrior()
+        for row in generate(SynthSpec(family=family, prompts=8, samples=120, seed=seed))["rewards"]:
+            prior.update(row)
+        assert prior.requests < COLD_START and prior.xi.learned
+        learned, shares = run(family, prior, seed + 10)
+        fixed, _ = run(family, None, seed + 10)
+        if family == "mixture":
+            assert np.median(shares) < 0.6 and learned < 0.9 * fixed
+        else:
+            assert np.median(shares) > 0.9 and learned > 0.9 * fixed

@@ -16,7 +16,12 @@ integrated out by likelihood, a Lagrange multiplier per posterior node, no Monte
 (docs/robust-stopping.md, "Target mode on a deployment").
 
 Cold start: until the prior has learned from ``cold_start`` requests, the request is delegated
-to :class:`~stoppers.robust.target.TailTargetAcceptance` (its own GPD tail fit, no prior).
+to :class:`~stoppers.robust.target.TailTargetAcceptance` (its own GPD tail fit), with the tail
+shape of the deployment's earlier requests (the prior's ``xi``, as cost mode's cold start since
+2026-11-25): on requests 3-10 of a deployment of seed-0 pools it moved the delivered acceptance
+towards the target on both sides - less on bimodal, normal and clipped prompts, which
+over-deliver, more on Student-t, lognormal and Gumbel ones, which under-deliver (README,
+"Stopping that keeps its promise").
 
 The table comes from ``prior.table(...)``: built here when missing or stale (~0.1-0.3 s, offline
 replay), unless the prior has a ``schedule_build`` hook (the gateway) - then the newest cached
@@ -112,7 +117,11 @@ class PooledTargetAcceptance(StoppingPolicy):
         self._floor = floor_of(prior)
         if self._table is None:
             self._fallback = TailTargetAcceptance(
-                target, alpha=alpha, min_samples=self.min_samples, floor=self._floor
+                target,
+                alpha=alpha,
+                min_samples=self.min_samples,
+                floor=self._floor,
+                prior=None if prior is None else prior.xi,
             )
         self._mean = 0.0
         self._m2 = 0.0

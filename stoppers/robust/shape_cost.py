@@ -159,11 +159,9 @@ class CostShapePrior(ShapePrior):
     ``requests`` counts every request that taught something; ``shape_requests`` those that
     taught the shape (what the policy's warm-up reads).
 
-    ``xi``: the deployment's distribution of the GPD tail shape
-    (:class:`~stoppers.robust.xi_prior.XiPrior`), learned from every request of >= 8 rewards
-    and persisted. The cold start (:class:`TailPandora`) reads it, so a deployment whose shape
-    is not trusted - prompts that differ in shape - still gets tails of the kind its requests
-    have shown, per request.
+    ``xi`` (:class:`ShapePrior`'s): the cold start (:class:`TailPandora`) reads it, so a
+    deployment whose shape is not trusted - prompts that differ in shape - still gets tails of
+    the kind its requests have shown, per request.
 
     It also tests whether the requests *share* a shape, twice: each shape request's fraction of
     standardised draws above ``DISPERSION_LEVEL`` is binomial around the pooled fraction if they
@@ -187,7 +185,6 @@ class CostShapePrior(ShapePrior):
     bin_draws: float = 0.0
     bin_hits: list[float] = field(default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1))
     bin_hits_sq: list[float] = field(default_factory=lambda: [0.0] * (len(SHAPE_TEST_EDGES) + 1))
-    xi: XiPrior = field(default_factory=XiPrior)  # persisted
     # Bayes cost tables built on this prior (stoppers.robust.bayes_cost.cost_table); not persisted
     cost_tables: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     # the shape fitted by likelihood to the kept streams (fitted_shape); not persisted
@@ -229,7 +226,7 @@ class CostShapePrior(ShapePrior):
             return False
         tail_learned = self.xi.update(x)
         if x.size >= self.min_rewards:
-            learned = super().update(x)
+            learned = self.learn_shape(x)
             if learned:
                 z = self._standardise(x)
                 if z.size:
@@ -302,18 +299,15 @@ class CostShapePrior(ShapePrior):
             **super().to_dict(),
             **{k: getattr(self, k) for k in _COUNTERS},
             **{k: list(getattr(self, k)) for k in _BIN_COUNTERS},
-            "xi": self.xi.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CostShapePrior:
         """Restore :meth:`to_dict`'s snapshot. A snapshot from before the whole-shape test has
         no bin counts: its shape is kept, and trusted again once requests learned after the
-        restore have given that test enough counts of its own. One from before the tail-shape
-        prior has no ``xi``: the cold start learns it afresh."""
+        restore have given that test enough counts of its own."""
         prior = super().from_dict(data)
         prior.likelihood = True  # a snapshot from before the likelihood path keeps streams now
-        prior.xi = XiPrior.from_dict(data.get("xi"))
         for key in _COUNTERS:
             setattr(prior, key, type(getattr(prior, key))(data.get(key, 0)))
         size = len(SHAPE_TEST_EDGES) + 1

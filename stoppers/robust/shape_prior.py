@@ -91,6 +91,7 @@ from stoppers.robust.stop_table import (
     s_bin,
     z_bin,
 )
+from stoppers.robust.xi_prior import XiPrior
 
 __all__ = ["MAX_TABLES", "ShapePrior", "build_table"]
 
@@ -123,6 +124,11 @@ class ShapePrior:
     ``streams``: the kept streams (lists of floats, oldest first); persisted.
     ``ceiling`` / ``floor``: the top / bottom of the reward scale once requests keep reaching it
     exactly (:mod:`stoppers.robust.ceiling`; learned from every request offered, persisted).
+    ``xi``: the deployment's distribution of the GPD tail shape
+    (:class:`~stoppers.robust.xi_prior.XiPrior`), learned from every request of >= 8 rewards
+    and persisted. The cold start of both defaults reads it (cost mode since 2026-11-25, target
+    mode since 2026-11-28), so a request that cannot use the learned shape yet still gets a tail
+    of the kind its deployment's requests have shown.
     ``scale_shrink``: in [0, 1], the weight of the learned scales against a request's own sd
     (the tables' scale-prior precision is multiplied by it). 1 (default): the Bayes posterior, which
     saves the most but lets wide prompts get less than the target and narrow ones more; smaller
@@ -147,6 +153,7 @@ class ShapePrior:
     streams: list[list[float]] = field(default_factory=list, repr=False)
     ceiling: RewardCeiling = field(default_factory=RewardCeiling)  # persisted
     floor: RewardFloor = field(default_factory=RewardFloor)  # persisted
+    xi: XiPrior = field(default_factory=XiPrior)  # persisted
     scale_shrink: float = field(default=1.0, compare=False)  # a setting: not persisted
     max_tables: int = field(default=MAX_TABLES, repr=False, compare=False)
     schedule_build: Callable[[ShapePrior, TableKey], None] | None = field(
@@ -182,6 +189,11 @@ class ShapePrior:
     def update(self, rewards: Any) -> bool:
         """Learn from one finished request's observed rewards (observation order)."""
         x = np.asarray(rewards, dtype=np.float64)
+        tail_learned = x.ndim == 1 and np.all(np.isfinite(x)) and self.xi.update(x)
+        return self.learn_shape(x) or bool(tail_learned)
+
+    def learn_shape(self, x: np.ndarray) -> bool:
+        """:meth:`update` without the tail-shape prior: the scale's ends, the shape, the scale."""
         if x.ndim == 1:
             self.note_ends(x)
         if x.ndim != 1 or x.size < self.min_rewards or not np.all(np.isfinite(x)):
@@ -250,6 +262,7 @@ class ShapePrior:
             "streams": [list(stream) for stream in self.streams],
             "ceiling": self.ceiling.to_dict(),
             "floor": self.floor.to_dict(),
+            "xi": self.xi.to_dict(),
         }
 
     @classmethod
@@ -258,6 +271,7 @@ class ShapePrior:
 
         A snapshot from before the likelihood shape has no streams: its tables use the recorded
         histogram until ``LIKELIHOOD_MIN_STREAMS`` requests have been learned after the restore.
+        One from before the tail-shape prior has no ``xi``: the cold start learns it afresh.
         """
         z = _histogram(data.get("z_counts", {}), Z_BINS, "z_counts")
         s = _histogram(data.get("s_counts", {}), S_BINS, "s_counts")
@@ -276,6 +290,7 @@ class ShapePrior:
             streams=data.get("streams", []),
             ceiling=RewardCeiling.from_dict(data.get("ceiling")),
             floor=RewardFloor.from_dict(data.get("floor")),
+            xi=XiPrior.from_dict(data.get("xi")),
         )
 
     # -- what the policy reads -----------------------------------------------------------------
