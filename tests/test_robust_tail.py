@@ -135,6 +135,16 @@ def test_report_builds_the_cost_table_from_replay_outputs(tmp_path):
     assert row in costs
     # pools and costs that were not run get no row
     assert "gumbel" not in costs and "| normal | 0.0001 |" not in costs
+    # a deployment too short for 8 prior updates has no warm value: a dash, not a crash
+    empty = {**profit, "mean_adaptive_profit": None, "mean_oracle_profit": None}
+    (tmp_path / "gumbel-shape-cost").mkdir()
+    (tmp_path / "gumbel-shape-cost" / "results.json").write_text(
+        json.dumps({"profit": [profit], "profit_warm": [empty]})
+    )
+    assert (
+        "| gumbel | 0.001 | **1.125** · 0.900 · 30 | — | — | — | — | — | 40 · 21 |"
+        in cost_table(tmp_path)
+    )
 
 
 def test_shape_weight_is_the_estimates_precision_floored_at_the_regular_limit():

@@ -44,8 +44,12 @@ def _label(family: str) -> str:
 
 
 def _profit_row(results: dict | None, cost: float) -> dict | None:
+    """The profit row at ``cost``; None if it was not run or has no value (e.g. the prompts
+    served after 8 prior updates in a deployment of fewer requests)."""
     rows = (results or {}).get("profit", [])
-    return next((r for r in rows if abs(r["cost"] - cost) < 1e-12), None)
+    row = next((r for r in rows if abs(r["cost"] - cost) < 1e-12), None)
+    needed = ("mean_adaptive_profit", "mean_best_fixed_profit", "mean_oracle_profit")
+    return row if row is not None and all(row.get(k) is not None for k in needed) else None
 
 
 def _ratios(row: dict) -> tuple[float, float]:
@@ -78,7 +82,7 @@ def cost_table(root: Path) -> str:
                 continue
             cells = []
             for key, row in rows.items():
-                if row is None or row.get("mean_oracle_profit") is None:
+                if row is None:
                     cells.append("—")
                     continue
                 fixed, oracle = _ratios(row)
@@ -130,6 +134,7 @@ def figure(root: Path, out: Path) -> None:
         panel.set_title(f"cost mode, c = {cost:g}: mean profit ratio", fontsize=9)
     ax[0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
 

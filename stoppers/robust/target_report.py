@@ -431,6 +431,7 @@ def write_figure(directory: Path, pools: list[str], path: Path) -> Path:
         ax.set_ylabel("achieved (median over prompts)", fontsize=7)
     axes[0].legend(fontsize=6)
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
     plt.close(fig)
     return path
