@@ -20,8 +20,8 @@ to :class:`~stoppers.robust.target.TailTargetAcceptance` (its own GPD tail fit),
 shape of the deployment's earlier requests (the prior's ``xi``, as cost mode's cold start since
 2026-11-25): on requests 3-10 of a deployment of seed-0 pools it moved the delivered acceptance
 towards the target on both sides - less on bimodal, normal and clipped prompts, which
-over-deliver, more on Student-t, lognormal and Gumbel ones, which under-deliver (README,
-"Stopping that keeps its promise").
+over-deliver, more on Student-t, lognormal and Gumbel ones, which under-deliver
+(docs/robust-stopping.md, "The cold start learns the deployment's tail shapes").
 
 The table comes from ``prior.table(...)``: built here when missing or stale (~0.1-0.3 s, offline
 replay), unless the prior has a ``schedule_build`` hook (the gateway) - then the newest cached
