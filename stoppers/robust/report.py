@@ -121,9 +121,9 @@ def figure(root: Path, out: Path) -> None:
             vs_fixed, vs_oracle = [], []
             for family in FAMILIES:
                 row = _profit_row(_load(root, family, policy), cost)
-                mine = row["mean_adaptive_profit"] if row else np.nan
-                vs_fixed.append(mine / row["mean_best_fixed_profit"] if row else np.nan)
-                vs_oracle.append(mine / row["mean_oracle_profit"] if row else np.nan)
+                fixed, oracle = _ratios(row) if row else (np.nan, np.nan)
+                vs_fixed.append(fixed)
+                vs_oracle.append(oracle)
             where = x + (k - 1) * width
             panel.bar(where, vs_fixed, width, color=colour, label=f"{label} / best fixed N")
             panel.plot(where, vs_oracle, "k_", ms=10, mew=2, label="/ oracle" if k == 0 else None)
