@@ -189,8 +189,8 @@ class ShapePrior:
     def update(self, rewards: Any) -> bool:
         """Learn from one finished request's observed rewards (observation order)."""
         x = np.asarray(rewards, dtype=np.float64)
-        tail_learned = x.ndim == 1 and np.all(np.isfinite(x)) and self.xi.update(x)
-        return self.learn_shape(x) or bool(tail_learned)
+        tail_learned = x.ndim == 1 and self.xi.update(x)  # XiPrior refuses non-finite rewards
+        return self.learn_shape(x) or tail_learned
 
     def learn_shape(self, x: np.ndarray) -> bool:
         """:meth:`update` without the tail-shape prior: the scale's ends, the shape, the scale."""
