@@ -280,7 +280,7 @@ def default_cost_policy(
     """The gateway's policy for a per-sample cost: :class:`stoppers.robust.ShapePandora`.
 
     Weitzman's rule on the reward shape the deployment learned across its requests, from
-    ``prior`` (a :class:`~stoppers.robust.shape_cost.CostShapePrior`, what
+    ``prior`` (a :class:`~stoppers.robust.cost_prior.CostShapePrior`, what
     ``new_deployment_prior("cost")`` returns). Until that prior is trusted - 8 requests of >= 24
     rewards, >= 1000 pooled draws, and both shared-shape tests passed - and with no prior or a
     prior of another class, it *is* :class:`stoppers.robust.TailPandora` (GPD tail fit) decision
@@ -290,7 +290,8 @@ def default_cost_policy(
     it at or above TailPandora within 0.3 point on every replayed pool and budget (same
     section). ``min_samples`` defaults to 8 capped at ``max_samples``.
     """
-    from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
+    from stoppers.robust.cost_prior import CostShapePrior
+    from stoppers.robust.shape_cost import ShapePandora
 
     _check_positive_int("max_samples", max_samples)
     return ShapePandora(

@@ -37,7 +37,7 @@ def new_deployment_prior(mode: PriorMode) -> DeploymentPrior:
     """A fresh prior for the default policy of ``mode`` (what the gateway keeps per model)."""
 
     if mode == "cost":
-        from stoppers.robust.shape_cost import cost_shape_prior
+        from stoppers.robust.cost_prior import cost_shape_prior
 
         return cost_shape_prior()  # the learned reward shape ShapePandora reads
     if mode == "target":

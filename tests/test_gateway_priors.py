@@ -492,13 +492,13 @@ def test_default_cost_policy_learns_the_shape_through_the_gateway(fake_upstream,
     served on it still answer normally.
 
     The streams share one shape, but at 8-11 requests the shared-shape tests that gate a
-    one-mode fit (``shape_cost._shapes_differ``) are noisy - a statistic can pass 1.6 by
+    one-mode fit (``cost_prior.shapes_differ``) are noisy - a statistic can pass 1.6 by
     chance (one of these three requests did in a CI run) - and a request they misjudge runs
     the cold start. The gate is tested in ``test_robust_likelihood_cost``; here it is held
     open so that the plumbing is checked deterministically."""
     from stoppers.robust import likelihood_cost, shape_cost
 
-    monkeypatch.setattr(shape_cost, "_shapes_differ", lambda prior: False)
+    monkeypatch.setattr(shape_cost, "shapes_differ", lambda prior: False)
     threads: list[str] = []
     real_fit = likelihood_cost.fit_shape
 

@@ -10,8 +10,9 @@ import stoppers.robust.shape_cost as sc
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust.bimodality import MIN_REWARDS, two_mode_flags, two_mode_share
 from stoppers.robust.cost import TailPandora
+from stoppers.robust.cost_prior import CostShapePrior
 from stoppers.robust.likelihood_cost import FittedShape
-from stoppers.robust.shape_cost import TWO_MODE_SHARE, CostShapePrior, ShapePandora
+from stoppers.robust.shape_cost import TWO_MODE_SHARE, ShapePandora
 
 UNTRUSTED = {"warm_requests": 10**9}  # the moment path held off: the likelihood gates decide
 

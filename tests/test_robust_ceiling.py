@@ -24,9 +24,10 @@ from stoppers.robust.ceiling import (
     floor_of,
 )
 from stoppers.robust.cost import TailPandora
+from stoppers.robust.cost_prior import CostShapePrior
 from stoppers.robust.pooled_target import PooledTargetAcceptance
 from stoppers.robust.prior import TailPrior
-from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
+from stoppers.robust.shape_cost import ShapePandora
 from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.target import TailTargetAcceptance
 

@@ -13,6 +13,16 @@ import pytest
 from scipy import integrate, special, stats
 
 from stoppers.replay.synth import SynthSpec, generate
+from stoppers.robust.cost_prior import (
+    EARLY_MAX_DISPERSION,
+    EARLY_REQUESTS,
+    LIKELIHOOD_KEY,
+    LIKELIHOOD_MIN_REQUESTS,
+    MAX_DISPERSION,
+    CostShapePrior,
+    dispersion_limit,
+    shapes_differ,
+)
 from stoppers.robust.likelihood_cost import (
     CENTRES,
     EDGES,
@@ -20,17 +30,7 @@ from stoppers.robust.likelihood_cost import (
     count_modes,
     tied_fraction,
 )
-from stoppers.robust.shape_cost import (
-    EARLY_MAX_DISPERSION,
-    EARLY_REQUESTS,
-    LIKELIHOOD_KEY,
-    LIKELIHOOD_MIN_REQUESTS,
-    MAX_DISPERSION,
-    CostShapePrior,
-    ShapePandora,
-    _shapes_differ,
-    dispersion_limit,
-)
+from stoppers.robust.shape_cost import ShapePandora
 
 
 def _normal_shape() -> FittedShape:
@@ -318,10 +318,10 @@ def test_the_shared_shape_bar_is_stricter_while_the_tests_are_noisy():
             tests = SimpleNamespace(
                 shape_requests=requests, dispersion=tail, shape_dispersion=whole
             )
-            assert _shapes_differ(tests) is differ, (tail, whole, requests)
+            assert shapes_differ(tests) is differ, (tail, whole, requests)
     no_counts = SimpleNamespace(shape_requests=3, dispersion=None, shape_dispersion=None)
-    assert not _shapes_differ(no_counts)  # a test without counts has found nothing
+    assert not shapes_differ(no_counts)  # a test without counts has found nothing
     too_far = SimpleNamespace(
         shape_requests=500, dispersion=MAX_DISPERSION + 0.1, shape_dispersion=1
     )
-    assert _shapes_differ(too_far)
+    assert shapes_differ(too_far)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from stoppers.robust import shape_prior as sp
-from stoppers.robust.shape_cost import CostShapePrior
+from stoppers.robust.cost_prior import CostShapePrior
 from stoppers.robust.shape_likelihood import _gpd_tail, fit_shape
 from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.stop_table import Z_EDGES

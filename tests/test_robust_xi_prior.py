@@ -11,9 +11,10 @@ from scipy import stats
 
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust import TailPandora
+from stoppers.robust.cost_prior import CostShapePrior
 from stoppers.robust.gpd_tail import fit_tail, tail_exceedances
 from stoppers.robust.pooled_target import COLD_START, PooledTargetAcceptance
-from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
+from stoppers.robust.shape_cost import ShapePandora
 from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.xi_prior import (
     BOUNDED_XI,

@@ -14,9 +14,10 @@ Both policies fit a generalised Pareto tail to the raw rewards seen so far
 
 from stoppers.robust.bayes_cost import BayesShapePandora
 from stoppers.robust.cost import TailPandora
+from stoppers.robust.cost_prior import CostShapePrior
 from stoppers.robust.gpd_tail import TailFit, fit_tail
 from stoppers.robust.prior import TailPrior
-from stoppers.robust.shape_cost import CostShapePrior, ShapePandora
+from stoppers.robust.shape_cost import ShapePandora
 from stoppers.robust.target import TailTargetAcceptance
 
 __all__ = [

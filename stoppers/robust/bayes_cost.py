@@ -18,15 +18,10 @@ import math
 from collections import OrderedDict
 
 from stoppers.robust.bayes_table import DEFAULT_HORIZON, CostTable, build_cost_table
+from stoppers.robust.cost_prior import CostShapePrior
 from stoppers.robust.prior import TailPrior
-from stoppers.robust.shape_cost import (
-    WARM_REQUESTS,
-    CostShape,
-    CostShapePrior,
-    LearnedShapeCost,
-    ShapePrior,
-    _trusted,
-)
+from stoppers.robust.shape_cost import WARM_REQUESTS, CostShape, LearnedShapeCost, _trusted
+from stoppers.robust.shape_prior import ShapePrior
 
 __all__ = ["MAX_COST_TABLES", "BayesShapePandora", "cost_table"]
 

@@ -37,7 +37,8 @@ from stoppers.replay.orderings import orderings
 from stoppers.robust.bayes_cost import BayesShapePandora
 from stoppers.robust.bayes_table import build_cost_table
 from stoppers.robust.cost import TailPandora
-from stoppers.robust.shape_cost import CostShape, CostShapePrior, ShapePandora, cost_shape_prior
+from stoppers.robust.cost_prior import CostShapePrior, cost_shape_prior
+from stoppers.robust.shape_cost import CostShape, ShapePandora
 
 __all__ = ["exact_normal_shape", "learn_prior", "main", "replay_prompts"]
 

@@ -24,7 +24,8 @@ import time
 import numpy as np
 
 from stoppers.robust.cost import TailPandora
-from stoppers.robust.shape_cost import ShapePandora, cost_shape_prior
+from stoppers.robust.cost_prior import cost_shape_prior
+from stoppers.robust.shape_cost import ShapePandora
 from stoppers.robust.target import TailTargetAcceptance
 
 __all__ = ["main", "observe_latency"]

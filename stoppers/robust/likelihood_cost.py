@@ -37,11 +37,13 @@ from stoppers.robust.gpd_tail import _acceptance_array
 from stoppers.robust.shape_likelihood import EM_BINS, EM_HI, EM_LO, fit_shape
 
 __all__ = [
+    "EXACT_UNTIL",
     "GRID_NODES",
     "GRID_SPAN",
     "TIED_MAX",
     "FittedShape",
     "count_modes",
+    "evaluation_due",
     "mode_split",
     "sd_precision",
     "stream_ties",
@@ -279,3 +281,14 @@ def _grouped(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     sums = np.bincount(k, weights=x, minlength=REWARD_BINS)
     occupied = counts > 0.0
     return sums[occupied] / counts[occupied], counts[occupied]
+
+
+EXACT_UNTIL = 32  # posterior stop tests run on every reward up to here (evaluation_due)
+
+
+def evaluation_due(n: int, best: float, last_n: int, last_best: float) -> bool:
+    """Re-evaluate a posterior stop test at the n-th reward? On every reward while n <=
+    ``EXACT_UNTIL``, later only when the best has risen or n has grown by 1/32 since the last
+    evaluation (``last_n``, ``last_best``): the parameters drift slowly. Shared by the cost
+    paths and target mode's multiplier rule."""
+    return n <= EXACT_UNTIL or best > last_best or n >= last_n + n // 32

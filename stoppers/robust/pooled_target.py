@@ -38,11 +38,11 @@ import numpy as np
 from stoppers.base import StoppingPolicy
 from stoppers.robust.ceiling import ceiling_of, floor_acceptance_bound, floor_of
 from stoppers.robust.gpd_tail import acceptance
+from stoppers.robust.likelihood_cost import evaluation_due
 from stoppers.robust.multiplier_target import MultiplierTargetRule
 from stoppers.robust.policy import _default_min_samples
-from stoppers.robust.shape_cost import evaluation_due, scale_prior
 from stoppers.robust.shape_prior import ShapePrior
-from stoppers.robust.stop_table import StopTable
+from stoppers.robust.stop_table import StopTable, scale_prior
 from stoppers.robust.target import TailTargetAcceptance
 from stoppers.robust.tracker import BestTies
 

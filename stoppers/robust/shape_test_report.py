@@ -2,7 +2,7 @@
 cost mode).
 
 Why: :class:`~stoppers.robust.shape_cost.ShapePandora` trusts a deployment's pooled shape only
-while both tests of :class:`~stoppers.robust.shape_cost.CostShapePrior` stay at or below
+while both tests of :class:`~stoppers.robust.cost_prior.CostShapePrior` stay at or below
 ``dispersion_limit`` (stricter in the first ``EARLY_REQUESTS``). A test that rejects shared
 shapes costs the gain of the learned shape; one that passes differing shapes costs far more
 (clipped and mixed pools). This report replays
@@ -23,13 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from stoppers.replay.deployment import replay_deployment
-from stoppers.robust.shape_cost import (
-    WARM_REQUESTS,
-    CostShapePrior,
-    ShapePandora,
-    _trusted,
-    dispersion_limit,
-)
+from stoppers.robust.cost_prior import CostShapePrior, dispersion_limit
+from stoppers.robust.shape_cost import WARM_REQUESTS, ShapePandora, _trusted
 
 __all__ = ["dispersion_runs", "main"]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,8 @@ __all__ = [
     "plug_in",
     "rule_margin",
     "s_bin",
+    "scale_moments",
+    "scale_prior",
     "simulated_streams",
     "z_bin",
 ]
@@ -134,9 +137,7 @@ def plug_in(
     var = float(w @ (zc - mean) ** 2)
     kurt = float(w @ (zc - mean) ** 4) / max(var * var, 1e-12)
     sd_weight = 4.0 / max(kurt - 1.0, 0.5)  # 1 / Var(log sd) per sample (2 for the normal)
-    sc = bin_centres(S_LO, S_HI, S_BINS)
-    mu = float(sw @ sc)
-    s_var = max(float(sw @ (sc - mu) ** 2), 0.01)
+    mu, s_var = scale_moments(sw)
     grid = mu + LOG_S_GRID
     # h(z; s) = E[AR(s (Z - q)) | Z >= z]: reverse cumulative means over the histogram.
     ar = _acceptance(np.exp(grid)[:, None] * (zc[None, :] - q_alpha))  # (grid, bins)
@@ -249,3 +250,19 @@ def calibrate(
             "simulated_samples": samples,
         }
     )
+
+
+def scale_moments(weights: np.ndarray) -> tuple[float, float]:
+    """Mean and variance of log sd under the log-sd histogram's normalised ``weights``; the
+    variance is floored at 0.01 (sd 0.1) so a few alike requests cannot pin a new one."""
+    centres = bin_centres(S_LO, S_HI, S_BINS)
+    mean = float(weights @ centres)
+    return mean, max(float(weights @ (centres - mean) ** 2), 0.01)
+
+
+def scale_prior(s_counts: Any) -> tuple[float, float]:
+    """Mean and precision of log sd across the requests counted in ``s_counts`` (> 0 total):
+    :func:`scale_moments`, the precision capped at 100."""
+    scales = np.asarray(s_counts, dtype=np.float64)
+    mean, var = scale_moments(scales / scales.sum())
+    return mean, 1.0 / var

@@ -45,10 +45,9 @@ import numpy as np
 
 from stoppers.faircap import acceptance_rate
 from stoppers.replay.deployment import deployment_batch
-from stoppers.robust.likelihood_cost import EDGES, FittedShape, mode_split
+from stoppers.robust.likelihood_cost import EDGES, FittedShape, evaluation_due, mode_split
 from stoppers.robust.loss_report import fixed_profits, load_pool, ratio_standard_errors
 from stoppers.robust.policy import DEFAULT_MIN_SAMPLES
-from stoppers.robust.shape_cost import evaluation_due
 from stoppers.robust.shape_likelihood import standardise_shape
 
 __all__ = [
@@ -244,7 +243,7 @@ def _stream(
     min_samples: int,
 ) -> tuple[int, float]:
     """(samples drawn, kept reward) of the likelihood rule on one stream, evaluated on the cost
-    paths' schedule (:func:`~stoppers.robust.shape_cost.evaluation_due`)."""
+    paths' schedule (:func:`~stoppers.robust.likelihood_cost.evaluation_due`)."""
     best, last_n, last_best, gain = -math.inf, 0, -math.inf, math.inf
     for n in range(1, values.size + 1):
         best = max(best, float(values[n - 1]))
