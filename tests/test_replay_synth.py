@@ -41,6 +41,18 @@ def test_clipped_family_is_bounded_and_tied() -> None:
     assert np.mean([np.unique(row).size for row in r]) < 50  # rounded: many ties
 
 
+def test_rounded_family_is_a_lattice_without_a_clip() -> None:
+    spec = SynthSpec(family="rounded", prompts=60, samples=400, seed=0, resolution=1.0)
+    r = generate(spec)["rewards"]
+    np.testing.assert_array_equal(r, np.round(r))  # integers
+    assert np.mean([np.unique(row).size for row in r]) < 12  # a handful of levels a prompt
+    # no clip: the prompts' tops differ, none piles up at a common bound
+    assert np.unique(r.max(axis=1)).size > 5
+    # the same draws as `clipped` with a bound nothing reaches
+    same = SynthSpec(family="clipped", prompts=60, samples=400, seed=0, bound=1e9, resolution=1.0)
+    np.testing.assert_array_equal(r, generate(same)["rewards"])
+
+
 def test_missing_fraction_leaves_nan_but_two_samples() -> None:
     out = generate(SynthSpec(prompts=50, samples=20, missing_fraction=0.3, seed=2))
     r = out["rewards"]

@@ -158,10 +158,11 @@ def test_no_ceiling_stop_without_an_established_bound(mode):
 
 @pytest.mark.parametrize("policy_class", [ShapePandora, BayesShapePandora])
 def test_a_known_ceiling_replaces_the_requests_tie_guess(policy_class):
-    """Below an established ceiling, a best tied three times is the scale's resolution (rounded
-    scores), not a clip: the cost policies keep sampling and find the better reward; without
-    a ceiling the request's own guess still stops it ("tied")."""
-    rounded = [0.4, 1.3, 0.2, 1.3, 0.9, 1.3, 0.5, 0.7, 0.1, 0.6, 0.8, 0.3] + [1.9] + [0.5] * 60
+    """Below an established ceiling, a tied best is the scale's resolution (rounded scores), not
+    a clip: the cost policies keep sampling and find the better reward; without a ceiling the
+    request's own guess (a pile-up: 5 ties against one reward at the next value) still stops it
+    ("tied")."""
+    rounded = [0.4, 1.3, 0.2, 1.3, 0.9, 1.3, 1.3, 1.3, 0.1, 0.6, 0.8, 0.3] + [1.9] + [0.5] * 60
     guess = policy_class(1e-4, prior=CostShapePrior(), max_samples=64)
     assert _run(guess, rounded) == (8, "tied")
     known = policy_class(1e-4, prior=_established(CostShapePrior()), max_samples=64)
@@ -170,7 +171,7 @@ def test_a_known_ceiling_replaces_the_requests_tie_guess(policy_class):
 
 
 def test_tail_pandora_without_the_tie_guess_keeps_the_point_mass_rule():
-    rounded = [0.4, 1.3, 0.2, 1.3, 0.9, 1.3, 0.5, 0.7] + [0.6] * 56
+    rounded = [0.4, 1.3, 0.2, 1.3, 0.9, 1.3, 1.3, 1.3] + [0.6] * 56
     assert _run(TailPandora(1e-4, max_samples=64), rounded) == (8, "tied")
     policy = TailPandora(1e-4, max_samples=64, tie_ceiling=False)
     assert _run(policy, rounded)[1] != "tied"

@@ -187,7 +187,9 @@ def _register_synth(subparsers) -> None:
     p.add_argument("--scale-median", type=float, default=1.0, help="median per-prompt scale")
     p.add_argument("--scale-spread", type=float, default=0.4, help="sd of log per-prompt scale")
     p.add_argument("--bound", type=float, default=2.0, help="clip bound of 'clipped'")
-    p.add_argument("--resolution", type=float, default=0.1, help="rounding step of 'clipped'")
+    p.add_argument(
+        "--resolution", type=float, default=0.1, help="rounding step of 'clipped' and 'rounded'"
+    )
     p.add_argument(
         "--missing-fraction",
         type=float,

@@ -30,6 +30,9 @@ are not among ``mixed``'s choices, so every earlier pool reproduces from its see
 * ``mixed-continuous`` (2026-11-27) — like ``mixed`` without ``clipped``: every prompt scores on
   a continuum but the prompts differ in shape (a deployment serving several kinds of task). No
   tied scores, so nothing keeps a cost policy off a shape fitted to all of them.
+* ``rounded`` (2026-11-28) — Gaussian rounded to ``resolution``, no clip: a lattice of scores
+  (integer judge ratings: ``--resolution 1.0`` is one level per unit of the median scale).
+  Not among ``mixed``'s choices.
 
 The result is reproducible from ``seed`` alone (numpy ``default_rng``).
 """
@@ -54,7 +57,7 @@ _BASE_FAMILIES = (
 )
 _HELD_OUT_FAMILIES = ("lognormal", "logistic")  # not in "mixed": earlier pools reproduce
 _CONTINUOUS_FAMILIES = tuple(f for f in _BASE_FAMILIES if f != "clipped")
-FAMILIES = (*_BASE_FAMILIES, "mixed", *_HELD_OUT_FAMILIES, "mixed-continuous")
+FAMILIES = (*_BASE_FAMILIES, "mixed", *_HELD_OUT_FAMILIES, "mixed-continuous", "rounded")
 
 _SKEW_SHAPE = 4.0
 _T_DF = 3.0
@@ -114,6 +117,8 @@ def generate(spec: SynthSpec) -> dict[str, np.ndarray]:
         row = loc[i] + scale[i] * z
         if family == "clipped":
             row = _clip_and_round(row, spec.bound, spec.resolution)
+        elif family == "rounded":
+            row = _clip_and_round(row, math.inf, spec.resolution)
         rewards[i] = row
     if spec.missing_fraction > 0:
         holes = rng.random(rewards.shape) < spec.missing_fraction
@@ -129,7 +134,7 @@ def generate(spec: SynthSpec) -> dict[str, np.ndarray]:
 
 def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndarray:
     """``size`` draws with mean 0 and standard deviation 1 from ``family``."""
-    if family in ("normal", "clipped"):
+    if family in ("normal", "clipped", "rounded"):
         return rng.standard_normal(size)
     if family == "gumbel":
         raw = rng.gumbel(0.0, 1.0, size)

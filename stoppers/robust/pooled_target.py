@@ -171,7 +171,7 @@ class PooledTargetAcceptance(StoppingPolicy):
         n = self._n
         if self._multiplier is not None:
             self._seen.append(reward)
-        self._ties.note(reward, self._best, self._best_index, n)
+        self._ties.note(reward)
         delta = reward - self._mean
         self._mean += delta / n
         self._m2 += delta * (reward - self._mean)

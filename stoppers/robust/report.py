@@ -26,6 +26,8 @@ FAMILIES = (
     "mixed",
     "lognormal",
     "logistic",
+    "rounded-0.5",
+    "rounded-1.0",
     "pool",
 )
 # never looked at while the cost policies were tuned (lognormal, logistic: added 2026-11-25)

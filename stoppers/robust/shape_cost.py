@@ -270,7 +270,7 @@ class LearnedShapeCost(StoppingPolicy):
         x = reward - self._shift
         self._sum += x
         self._sum_sq += x * x
-        self._ties.note(reward, self._best, self._best_index, n)
+        self._ties.note(reward)
         if n < self.min_samples:
             return None
         floor = self._floor
