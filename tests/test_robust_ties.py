@@ -86,3 +86,26 @@ def test_a_clip_above_continuous_rewards_still_stops_early(make):
         stops.append((policy.n, policy.stop_reason))
     assert {reason for _, reason in stops} <= {"tied", "target"}  # never the budget
     assert np.median([n for n, _ in stops]) <= 20
+
+
+def test_a_lattice_is_fitted_dequantized_and_its_best_judged_within_its_cell():
+    from stoppers.robust.gpd_tail import dequantize, lattice_step
+    from stoppers.robust.tracker import TailTracker
+
+    # repeats only at the extremes (a clip, a floor): not a lattice
+    assert lattice_step([-9.21, -9.21, -1.3, 0.2, 2.7, 9.21, 9.21]) is None
+    assert lattice_step([0.1, 0.5, 0.9]) is None
+    steps = [-1.0, 0.0, 0.0, 0.5, 1.0, 1.0, 2.0]
+    assert lattice_step(steps) == 0.5  # an interior repeat; the smallest gap
+    spread = dequantize(np.asarray(steps), 0.5)
+    np.testing.assert_allclose(spread, [-1.0, -0.125, 0.125, 0.5, 0.875, 1.125, 2.0])
+    assert np.all(np.diff(spread) > 0)
+    tracker = TailTracker(xi0=0.0, prior_weight=30.0)
+    for reward in [0.0, 1.0, 2.0, 1.0, 2.0, 0.0, 1.0, 3.0, 3.0]:
+        tracker.add(reward)
+    assert tracker.step == 1.0
+    assert tracker.judged_best() == 3.0 + 1.0 * (0.5 - 0.5 / 2)  # the top of two copies
+    continuous = TailTracker(xi0=0.0, prior_weight=30.0)
+    for reward in np.random.default_rng(0).standard_normal(40).tolist():
+        continuous.add(reward)
+    assert continuous.step is None and continuous.judged_best() == max(continuous.sorted)

@@ -116,7 +116,8 @@ class TailPandora(TailPolicy):
     def _test(self, fit: TailFit, *, refresh: bool) -> str | None:
         if refresh:
             assert self._optimistic is not None  # set with the fit
-            self._gain = self._optimistic.expected_gain(self._best - fit.u, self._kappa_off)
+            best = self._tracker.judged_best()  # the best on a lattice: tracker docstring
+            self._gain = self._optimistic.expected_gain(best - fit.u, self._kappa_off)
         return "threshold" if self._gain <= self.cost else None
 
     def _floor_test(self, n: int) -> bool:

@@ -36,7 +36,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TailFit", "choose_tail_size", "fit_tail", "shape_weight", "zhang_stephens_gpd"]
+__all__ = [
+    "TailFit",
+    "choose_tail_size",
+    "dequantize",
+    "fit_tail",
+    "lattice_step",
+    "shape_weight",
+    "zhang_stephens_gpd",
+]
 
 # Gauss-Legendre nodes and weights on (0, 1) for integrals over a survival probability.
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(24)
@@ -235,6 +243,26 @@ def acceptance(d: float) -> float:
 def _acceptance_array(d: np.ndarray) -> np.ndarray:
     e = np.exp(np.minimum(d, 0.0))
     return np.minimum(2.0 * e / (1.0 + e), 1.0)
+
+
+def lattice_step(values: list[float] | np.ndarray) -> float | None:
+    """The rounding cell of ascending ``values`` if they sit on a lattice - a value other than the
+    lowest and highest repeats - else None: the smallest gap between distinct values."""
+    x = np.asarray(values, dtype=np.float64)
+    interior = x[(x > x[0]) & (x < x[-1])]
+    if interior.size < 2 or not np.any(interior[1:] == interior[:-1]):
+        return None
+    gaps = np.diff(np.unique(x))
+    return float(gaps.min())
+
+
+def dequantize(values: np.ndarray, step: float) -> np.ndarray:
+    """Ascending ``values`` with each run of m equal values v spread evenly over its cell:
+    v + step ((j + 1/2) / m - 1/2), j = 0 .. m - 1 (still ascending: cells do not overlap)."""
+    _, first, counts = np.unique(values, return_index=True, return_counts=True)
+    j = np.arange(values.size) - np.repeat(first, counts)
+    m = np.repeat(counts, counts)
+    return values + step * ((j + 0.5) / m - 0.5)
 
 
 def fit_tail(

@@ -83,7 +83,7 @@ class TailPolicy(StoppingPolicy):
         fit = self._tracker.fit
         if fit is None:
             return None
-        return acceptance(self._best - fit.u - self._kappa_off)
+        return acceptance(self._tracker.judged_best() - fit.u - self._kappa_off)
 
     def _decide(self, reward: float) -> str | None:
         tracker = self._tracker

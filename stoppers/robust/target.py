@@ -92,7 +92,7 @@ class TailTargetAcceptance(TailPolicy):
 
     def _test(self, fit: TailFit, *, refresh: bool) -> str | None:
         if refresh:
-            m_off = self._best - fit.u
+            m_off = self._tracker.judged_best() - fit.u  # the best on a lattice: tracker
             if self.overshoot:
                 self._h = fit.conditional_acceptance(m_off, self._kappa_off)
             else:

@@ -8,6 +8,16 @@ afterwards only when a reward lands above the current tail threshold u (probabil
 of an earlier prefix - a prefix of the same stream, so nothing from the future leaks in.
 Insertion into the sorted list is a C-level memmove (``bisect.insort``): O(n) bytes but
 microseconds at n = 960.
+
+Scores on a lattice (integer or coarsely rounded judge ratings) are fitted *dequantized*: a GPD
+fitted to a handful of levels sees a bounded tail ending at the top level seen, puts the
+benchmark above it and keeps sampling for a level that is rarely there. Where a value other than
+the lowest and highest seen repeats, each level's copies are spread evenly across its rounding
+cell (the smallest gap between the values seen; :func:`~stoppers.robust.gpd_tail.dequantize`)
+before the fit, and the policies judge the highest spread copy of the best
+(:meth:`TailTracker.judged_best`): the fit then describes the continuous scores the lattice
+rounds. Rewards that repeat only at their extremes (a clip, a floor: the AlpacaEval judge) are
+fitted as they are.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import bdtrc
 
-from stoppers.robust.gpd_tail import TailFit, fit_tail
+from stoppers.robust.gpd_tail import TailFit, dequantize, fit_tail, lattice_step
 
 __all__ = ["BestTies", "TailTracker", "is_pile_up"]
 
@@ -128,8 +138,19 @@ class TailTracker:
         self.exact_until = exact_until
         self.sorted: list[float] = []
         self.fit: TailFit | None = None
+        self.step: float | None = None  # the lattice's cell at the last fit (None: continuous)
         self.refits = 0
         self._fit_n = 0
+
+    def judged_best(self) -> float:
+        """The best as the fit sees it: on a lattice, the highest of its level's copies spread
+        over the cell (:func:`~stoppers.robust.gpd_tail.dequantize`), else the best itself."""
+        values = self.sorted
+        top = values[-1]
+        if self.step is None:
+            return top
+        m = len(values) - bisect.bisect_left(values, top)
+        return top + self.step * (0.5 - 0.5 / m)
 
     def tied_ceiling(self, min_samples: int, all_tied: int = ALL_TIED) -> bool:
         """The ties say the best is (almost surely) the top of the support: stop.
@@ -170,8 +191,12 @@ class TailTracker:
         if not due:
             return False
         values = self.sorted[:-1] if self.leave_out_best else self.sorted
+        self.step = lattice_step(self.sorted)
+        x = np.asarray(values)
+        if self.step is not None:
+            x = dequantize(x, self.step)
         self.fit = fit_tail(
-            np.asarray(values),
+            x,
             xi0=self.xi0,
             prior_weight=self.prior_weight,
             posterior=self.posterior,

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from stoppers.robust.gpd_tail import tail_exceedances
+from stoppers.robust.gpd_tail import dequantize, lattice_step, tail_exceedances
 from stoppers.robust.npmle import npmle_em
 
 __all__ = ["XI_GRID", "XiPrior", "xi_log_likelihood"]
@@ -176,6 +176,9 @@ class XiPrior:
         x = np.sort(np.asarray(rewards, dtype=np.float64).ravel())
         if x.size < MIN_REWARDS or not np.all(np.isfinite(x)):
             return False
+        step = lattice_step(x)  # scores on a lattice: fitted dequantized, as the tracker does
+        if step is not None:
+            x = dequantize(x, step)
         _, y = tail_exceedances(x)
         if y.size < 2 or y[0] == y[-1]:
             return False
