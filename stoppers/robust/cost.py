@@ -65,6 +65,7 @@ class TailPandora(TailPolicy):
 
     all_tied = COST_ALL_TIED
     precision_weighted = True
+    stops_on_repeats = False
 
     def __init__(
         self,

@@ -29,6 +29,10 @@ class TailPolicy(StoppingPolicy):
     # Shrink the request's tail shape by the precision of its estimate (gpd_tail.shape_weight)
     # rather than by its exceedance count; cost mode only, where it was measured.
     precision_weighted = False
+    # Stop once rewards repeat so much that no unseen value can hold the benchmark
+    # (tracker.SeenValues). Target mode only: in cost mode a value above the best with a
+    # chance under 1 - alpha can still pay for a sample at small cost (measured worse).
+    stops_on_repeats = True
 
     def __init__(
         self,
@@ -62,6 +66,7 @@ class TailPolicy(StoppingPolicy):
             posterior=self.prior.tail_posterior if isinstance(self.prior, XiPrior) else None,
             tie_ceiling=tie_ceiling,
             precision_weighted=self.precision_weighted,
+            repeats_alpha=self.alpha if self.stops_on_repeats else None,
         )
         self._fit_seen: TailFit | None = None
         self._kappa_off = math.nan

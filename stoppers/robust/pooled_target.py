@@ -126,7 +126,7 @@ class PooledTargetAcceptance(StoppingPolicy):
         self._mean = 0.0
         self._m2 = 0.0
         self._scale = math.nan
-        self._ties = BestTies()
+        self._ties = BestTies(repeats_alpha=self.alpha)
         self._ceiling = ceiling_of(prior)
 
     deployment_prior = ShapePrior  # what sequential replay / the gateway keeps for this policy

@@ -30,7 +30,7 @@ from scipy.special import bdtrc
 
 from stoppers.robust.gpd_tail import TailFit, dequantize, fit_tail, lattice_step
 
-__all__ = ["BestTies", "TailTracker", "is_pile_up"]
+__all__ = ["BestTies", "SeenValues", "TailTracker", "is_pile_up"]
 
 # Fit the tail without the current best (judge the best against the others)? Measured on the
 # training families it made the target rule stop earlier but not more efficiently, so off.
@@ -54,6 +54,37 @@ ALL_TIED = 16
 # TailPandora 2 points of the oracle's profit at c = 1e-3 (0.942 vs 0.963 with 32), and `clipped`
 # lost 0.1 point (docs/robust-stopping.md "Cost mode by backward induction", the tie rule).
 COST_ALL_TIED = 32
+
+
+class SeenValues:
+    """How often each reward value has been seen, and how many were seen exactly once: the
+    Good-Turing estimate of the chance that the next reward is a value not seen yet.
+
+    Why: where rewards repeat because responses do (a generator that often returns the same
+    answer, a judge with few distinct scores), the best can be known to be the top of the
+    support without being a pile-up: once (singletons + 1) / n <= 1 - alpha, a value above the
+    best seen has less than the benchmark's tail mass, so the benchmark kappa is at most the best
+    and one more reward cannot raise AR(best - kappa) above 1. Continuous rewards are all
+    singletons, so it never fires for them; the + 1 keeps it from firing before n reaches
+    1 / (1 - alpha) (100 rewards at alpha = 0.99).
+    """
+
+    __slots__ = ("counts", "n", "singletons")
+
+    def __init__(self) -> None:
+        self.counts: dict[float, int] = {}
+        self.n = 0
+        self.singletons = 0
+
+    def note(self, reward: float) -> None:
+        seen = self.counts.get(reward, 0)
+        self.counts[reward] = seen + 1
+        self.n += 1
+        self.singletons += 1 if seen == 0 else -1 if seen == 1 else 0
+
+    def exhausted(self, alpha: float) -> bool:
+        """Is the estimated chance of a new value at most the benchmark's tail, 1 - alpha?"""
+        return self.singletons + 1 <= (1.0 - alpha) * self.n
 
 
 def is_pile_up(top: int, below: int) -> bool:
@@ -84,9 +115,12 @@ class BestTies:
     `clipped` (scores rounded to 0.1) the rule stopped 134 of 720 requests at a rounded best,
     0.47 of profit per 24-prompt deployment at c = 1e-4 (``stoppers.robust.loss_report``)."""
 
-    __slots__ = ("below", "below_count", "count", "enabled", "top")
+    __slots__ = ("below", "below_count", "count", "enabled", "repeats_alpha", "seen", "top")
 
-    def __init__(self, *, enabled: bool = True) -> None:
+    def __init__(self, *, enabled: bool = True, repeats_alpha: float | None = None) -> None:
+        # target mode's benchmark level: also stop once every value repeats (SeenValues)
+        self.repeats_alpha = repeats_alpha
+        self.seen = SeenValues() if repeats_alpha is not None else None
         self.top = -math.inf
         self.count = 0
         self.below = -math.inf
@@ -95,6 +129,8 @@ class BestTies:
 
     def note(self, reward: float) -> None:
         """Count one more reward (any order of calls relative to the base class's bookkeeping)."""
+        if self.seen is not None:
+            self.seen.note(reward)
         if reward > self.top:
             self.below, self.below_count = self.top, self.count
             self.top, self.count = reward, 1
@@ -106,7 +142,11 @@ class BestTies:
             self.below_count += 1
 
     def ceiling(self, mean: float, best: float) -> bool:
-        """Is the best a pile-up above lower rewards (``mean < best``)?"""
+        """Is the best a pile-up above lower rewards (``mean < best``), or (with
+        ``repeats_alpha``) have the rewards repeated enough that no unseen value can hold the
+        benchmark (:class:`SeenValues`; this part also with ``enabled=False``)?"""
+        if self.seen is not None and self.seen.exhausted(self.repeats_alpha):
+            return True
         return (
             self.enabled
             and self.count >= TIES_AT_MAX
@@ -128,6 +168,7 @@ class TailTracker:
         posterior: Callable[[np.ndarray], tuple[float | None, float]] | None = None,
         tie_ceiling: bool = True,
         precision_weighted: bool = False,
+        repeats_alpha: float | None = None,
     ) -> None:
         self.leave_out_best = leave_out_best
         self.precision_weighted = precision_weighted
@@ -137,6 +178,8 @@ class TailTracker:
         self.prior_weight = prior_weight
         self.exact_until = exact_until
         self.sorted: list[float] = []
+        self.repeats_alpha = repeats_alpha  # the SeenValues rule at this level (None: off)
+        self.seen = SeenValues() if repeats_alpha is not None else None
         self.fit: TailFit | None = None
         self.step: float | None = None  # the lattice's cell at the last fit (None: continuous)
         self.refits = 0
@@ -161,15 +204,21 @@ class TailTracker:
         Identical rewards at a *lower* clip also look like the second case; waiting for 16 of
         them keeps the chance of missing a better mode with >= 20% mass below 3%, waiting for
         32 (cost mode, :data:`COST_ALL_TIED`) the chance of missing one with >= 10% mass below 4%.
-        With ``tie_ceiling=False`` (the deployment's ceiling is known, :class:`BestTies`) only
-        the point-mass case applies.
+        A third with ``repeats_alpha`` (target mode), for repeated values anywhere
+        (:class:`SeenValues`): so few values seen once that no unseen one can hold the
+        benchmark. With ``tie_ceiling=False`` (the deployment's
+        ceiling is known, :class:`BestTies`) the pile-up case does not apply.
         """
         values = self.sorted
         n = len(values)
         top = values[-1]
         if values[0] == top:
             return n >= max(2 * min_samples, all_tied)
-        if not self.tie_ceiling or n < min_samples:
+        if n < min_samples:
+            return False
+        if self.seen is not None and self.seen.exhausted(self.repeats_alpha):
+            return True  # every value repeated: none unseen can hold the benchmark
+        if not self.tie_ceiling:
             return False
         at_top = bisect.bisect_left(values, top)
         if n - at_top < TIES_AT_MAX:
@@ -180,6 +229,8 @@ class TailTracker:
     def add(self, reward: float) -> bool:
         """Insert ``reward``; refit when due. Returns True when the fit was recomputed."""
         bisect.insort(self.sorted, reward)
+        if self.seen is not None:
+            self.seen.note(reward)
         n = len(self.sorted)
         fit = self.fit
         due = (
