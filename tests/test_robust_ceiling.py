@@ -160,19 +160,20 @@ def test_no_ceiling_stop_without_an_established_bound(mode):
 def test_a_known_ceiling_replaces_the_requests_tie_guess(policy_class):
     """Below an established ceiling, a tied best is the scale's resolution (rounded scores), not
     a clip: the cost policies keep sampling and find the better reward; without a ceiling the
-    request's own guess (a pile-up: 5 ties against one reward at the next value) still stops it
-    ("tied")."""
-    rounded = [0.4, 1.3, 0.2, 1.3, 0.9, 1.3, 1.3, 1.3, 0.1, 0.6, 0.8, 0.3] + [1.9] + [0.5] * 60
+    request's own guess (a pile-up: 6 ties against one reward at the next value, the scores 0.1
+    apart at sd 0.43) still stops it ("tied")."""
+    rounded = [0.4, 1.3, 0.3, 1.3, 0.9, 1.3, 1.3, 1.3, 1.3, 0.1, 0.6, 0.8, 0.2]
+    rounded += [1.9] + [0.5] * 60
     guess = policy_class(1e-4, prior=CostShapePrior(), max_samples=64)
-    assert _run(guess, rounded) == (8, "tied")
+    assert _run(guess, rounded) == (9, "tied")
     known = policy_class(1e-4, prior=_established(CostShapePrior()), max_samples=64)
     n, reason = _run(known, rounded)
-    assert n >= 13 and known.best == 1.9 and reason != "tied"
+    assert n >= 14 and known.best == 1.9 and reason != "tied"
 
 
 def test_tail_pandora_without_the_tie_guess_keeps_the_point_mass_rule():
-    rounded = [0.4, 1.3, 0.2, 1.3, 0.9, 1.3, 1.3, 1.3] + [0.6] * 56
-    assert _run(TailPandora(1e-4, max_samples=64), rounded) == (8, "tied")
+    rounded = [0.4, 1.3, 0.3, 1.3, 0.9, 1.3, 1.3, 1.3, 1.3] + [0.6] * 55
+    assert _run(TailPandora(1e-4, max_samples=64), rounded) == (9, "tied")
     policy = TailPandora(1e-4, max_samples=64, tie_ceiling=False)
     assert _run(policy, rounded)[1] != "tied"
     point_mass = TailPandora(1e-4, max_samples=64, tie_ceiling=False)

@@ -180,12 +180,12 @@ class PooledTargetAcceptance(StoppingPolicy):
         if self._floor is not None and self._best == self._floor.value:  # all at the bottom
             accepted = floor_acceptance_bound(n, self.alpha, self._floor)
             return "floor" if accepted >= self.target else None
-        if self._ties.ceiling(self._mean, self._best):
+        sd = math.sqrt(self._m2 / (n - 1)) if n > 1 and self._m2 > 0.0 else 0.0
+        if self._ties.ceiling(self._mean, self._best, sd):
             return "tied"  # the best seen 3 times above lower rewards: a ceiling (clipped scores)
         if self._multiplier is not None:
             return self._multiplier_decide(n)
         table = self._table
-        sd = math.sqrt(self._m2 / (n - 1)) if n > 1 and self._m2 > 0.0 else 0.0
         scale = table.scale(n, sd)
         self._scale = scale
         if (self._best - self._mean) / scale >= table.threshold(math.log(scale), n):

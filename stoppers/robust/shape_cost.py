@@ -276,7 +276,8 @@ class LearnedShapeCost(StoppingPolicy):
         floor = self._floor
         if floor is not None and self._best == floor.value:  # every reward at the bottom
             return "floor" if floor_gain_bound(n, self.alpha, floor) <= self.cost else None
-        if self._ties.ceiling(self._shift + self._sum / n, self._best):
+        mean, var = self._mean_var(n)
+        if self._ties.ceiling(self._shift + mean, self._best, math.sqrt(max(var, 0.0))):
             return "tied"  # the best seen 3 times above lower rewards: a ceiling (clip)
         return self._warm_decide(n)
 

@@ -46,7 +46,11 @@ TIES_AT_MAX = 3
 # and the dequantized fit below, 0.93 / 0.95 and 0.99 / 0.98, with `clipped`, `mixed` and
 # AlpacaEval within noise of before in cost mode. It earned more in cost mode than a test at 0.05
 # or than keeping three ties against a next value seen once (docs/robust-stopping.md "Coarse
-# scores: a tie is not a clip").
+# scores: a tie is not a clip"). The test allows a lattice's top level more mass than the next
+# one, by the ratio a smooth density gives adjacent levels (:func:`level_ratio`): on coarse
+# lattices the mode's level still piled up by chance at 5 ties against 1 (rounded-1.0 cost mode
+# 0.975 / 0.968 of the best fixed N at 1e-3 / 1e-4 -> 1.008 / 1.004; "The pile-up test learns the
+# lattice's step", 2026-11-28).
 PILE_UP_P = 0.125
 ALL_TIED = 16
 # Cost mode waits longer at a point mass: on the AlpacaEval pool, where most responses sit at
@@ -87,14 +91,48 @@ class SeenValues:
         return self.singletons + 1 <= (1.0 - alpha) * self.n
 
 
-def is_pile_up(top: int, below: int) -> bool:
+class Levels:
+    """The distinct rewards seen, ascending, and the smallest gap between two of them (inf until
+    two differ): a lattice's step, or on continuous rewards a gap that shrinks with every draw."""
+
+    __slots__ = ("step", "values")
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.step = math.inf
+
+    def note(self, reward: float) -> None:
+        values = self.values
+        at = bisect.bisect_left(values, reward)
+        if at < len(values) and values[at] == reward:
+            return
+        if at > 0:
+            self.step = min(self.step, reward - values[at - 1])
+        if at < len(values):
+            self.step = min(self.step, values[at] - reward)
+        values.insert(at, reward)
+
+
+def level_ratio(step: float, sd: float) -> float:
+    """The largest ratio of the masses of two adjacent levels ``step`` apart that a normal-like
+    density of spread ``sd`` gives the top level a request sees: exp(step / sd) (one sd below
+    the mode; the best of >= 8 draws is almost never further down). ``step`` is the smallest
+    gap between the distinct rewards seen: on a lattice its step, on continuous rewards a gap
+    that shrinks with every draw, where the ratio tends to 1."""
+    if not (sd > 0.0 and step > 0.0 and math.isfinite(step)):
+        return 1.0
+    return math.exp(min(step / sd, 50.0))
+
+
+def is_pile_up(top: int, below: int, ratio: float = 1.0) -> bool:
     """Do ``top`` ties at the best, against ``below`` rewards at the next lower value seen, show a
     pile-up at the top of the support (a clip)? At least ``TIES_AT_MAX`` ties, and the one-sided
-    binomial test of "the best's mass is at most the next value's" rejects at ``PILE_UP_P``
-    (given top + below rewards at the two values, P(Bin(top + below, 1/2) >= top)). Against a
-    next value seen once, 5 ties are needed (p = 0.109; 4 give 0.19), against one seen twice 7
-    (0.090), three times 8 (0.113)."""
-    return top >= TIES_AT_MAX and bdtrc(top - 1, top + below, 0.5) <= PILE_UP_P
+    binomial test of "the best's mass is at most ``ratio`` times the next value's" rejects at
+    ``PILE_UP_P`` (given top + below rewards at the two values, P(Bin(top + below, r / (1 + r))
+    >= top)). At ``ratio`` 1, against a next value seen once, 5 ties are needed (p = 0.109; 4
+    give 0.19), against one seen twice 7 (0.090), three times 8 (0.113); at ``ratio`` e (a
+    lattice one sd apart, :func:`level_ratio`) against one seen once 12 (p = 0.099)."""
+    return top >= TIES_AT_MAX and bdtrc(top - 1, top + below, ratio / (1.0 + ratio)) <= PILE_UP_P
 
 
 class BestTies:
@@ -115,12 +153,22 @@ class BestTies:
     `clipped` (scores rounded to 0.1) the rule stopped 134 of 720 requests at a rounded best,
     0.47 of profit per 24-prompt deployment at c = 1e-4 (``stoppers.robust.loss_report``)."""
 
-    __slots__ = ("below", "below_count", "count", "enabled", "repeats_alpha", "seen", "top")
+    __slots__ = (
+        "below",
+        "below_count",
+        "count",
+        "enabled",
+        "levels",
+        "repeats_alpha",
+        "seen",
+        "top",
+    )
 
     def __init__(self, *, enabled: bool = True, repeats_alpha: float | None = None) -> None:
         # target mode's benchmark level: also stop once every value repeats (SeenValues)
         self.repeats_alpha = repeats_alpha
         self.seen = SeenValues() if repeats_alpha is not None else None
+        self.levels = Levels()
         self.top = -math.inf
         self.count = 0
         self.below = -math.inf
@@ -131,6 +179,7 @@ class BestTies:
         """Count one more reward (any order of calls relative to the base class's bookkeeping)."""
         if self.seen is not None:
             self.seen.note(reward)
+        self.levels.note(reward)
         if reward > self.top:
             self.below, self.below_count = self.top, self.count
             self.top, self.count = reward, 1
@@ -141,17 +190,18 @@ class BestTies:
         elif reward == self.below:
             self.below_count += 1
 
-    def ceiling(self, mean: float, best: float) -> bool:
-        """Is the best a pile-up above lower rewards (``mean < best``), or (with
-        ``repeats_alpha``) have the rewards repeated enough that no unseen value can hold the
-        benchmark (:class:`SeenValues`; this part also with ``enabled=False``)?"""
+    def ceiling(self, mean: float, best: float, sd: float = 0.0) -> bool:
+        """Is the best a pile-up above lower rewards (``mean < best``; ``sd``, the rewards'
+        standard deviation, with the smallest gap between them sets :func:`level_ratio`), or
+        (with ``repeats_alpha``) have the rewards repeated enough that no unseen value can hold
+        the benchmark (:class:`SeenValues`; this part also with ``enabled=False``)?"""
         if self.seen is not None and self.seen.exhausted(self.repeats_alpha):
             return True
         return (
             self.enabled
             and self.count >= TIES_AT_MAX
             and mean < best
-            and is_pile_up(self.count, self.below_count)
+            and is_pile_up(self.count, self.below_count, level_ratio(self.levels.step, sd))
         )
 
 
@@ -183,6 +233,10 @@ class TailTracker:
         self.fit: TailFit | None = None
         self.step: float | None = None  # the lattice's cell at the last fit (None: continuous)
         self.refits = 0
+        self.levels = Levels()  # the smallest gap between distinct rewards (is_pile_up)
+        self._shift = math.nan  # the first reward: sums of shifted rewards keep the sd exact
+        self._sum = 0.0
+        self._sum_sq = 0.0
         self._fit_n = 0
 
     def judged_best(self) -> float:
@@ -224,11 +278,19 @@ class TailTracker:
         if n - at_top < TIES_AT_MAX:
             return False
         below = at_top - bisect.bisect_left(values, values[at_top - 1])
-        return is_pile_up(n - at_top, below)
+        mean = self._sum / n
+        sd = math.sqrt(max(self._sum_sq - n * mean * mean, 0.0) / (n - 1))
+        return is_pile_up(n - at_top, below, level_ratio(self.levels.step, sd))
 
     def add(self, reward: float) -> bool:
         """Insert ``reward``; refit when due. Returns True when the fit was recomputed."""
         bisect.insort(self.sorted, reward)
+        self.levels.note(reward)
+        if len(self.sorted) == 1:
+            self._shift = reward
+        x = reward - self._shift
+        self._sum += x
+        self._sum_sq += x * x
         if self.seen is not None:
             self.seen.note(reward)
         n = len(self.sorted)
