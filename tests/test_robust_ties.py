@@ -10,7 +10,7 @@ import pytest
 
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.target import TailTargetAcceptance
-from stoppers.robust.tracker import BestTies, Levels, is_pile_up, level_ratio
+from stoppers.robust.tracker import BestTies, Levels, TailTracker, is_pile_up, level_ratio
 
 
 def test_a_pile_up_outnumbers_the_next_lower_value():
@@ -31,11 +31,19 @@ def test_the_test_allows_a_lattice_level_the_mass_ratio_of_its_step():
     levels = Levels()
     for reward in [3.0, 1.0, 3.0, 2.0, 2.5]:
         levels.note(reward)
-    assert levels.values == [1.0, 2.0, 2.5, 3.0] and levels.step == 0.5
+    assert levels.step == 0.5
+    levels.note(2.75)  # queued until read
+    assert levels.step == 0.25
     continuous = Levels()
-    for reward in np.random.default_rng(0).standard_normal(200).tolist():
+    rewards = np.random.default_rng(0).standard_normal(200).tolist()
+    for reward in rewards:
         continuous.note(reward)
     assert level_ratio(continuous.step, 1.0) < 1.01
+    assert continuous.step == np.diff(np.sort(rewards)).min()
+    tracker = TailTracker(xi0=0.0, prior_weight=0.0)  # the same gap from its sorted rewards
+    for reward in rewards[:50]:
+        tracker.add(reward)
+    assert tracker.step_seen == np.diff(np.sort(rewards[:50])).min()
 
 
 @pytest.mark.parametrize(

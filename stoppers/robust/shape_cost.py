@@ -75,7 +75,7 @@ from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.stop_table import Z_BINS, Z_HI, Z_LO, scale_prior
-from stoppers.robust.tracker import BestTies
+from stoppers.robust.tracker import TIES_AT_MAX, BestTies
 from stoppers.robust.xi_prior import XiPrior
 
 __all__ = ["CostShape", "LearnedShapeCost", "ShapePandora"]
@@ -276,8 +276,11 @@ class LearnedShapeCost(StoppingPolicy):
         floor = self._floor
         if floor is not None and self._best == floor.value:  # every reward at the bottom
             return "floor" if floor_gain_bound(n, self.alpha, floor) <= self.cost else None
-        mean, var = self._mean_var(n)
-        if self._ties.ceiling(self._shift + mean, self._best, math.sqrt(max(var, 0.0))):
+        ties = self._ties
+        sd = 0.0
+        if ties.count >= TIES_AT_MAX:  # the pile-up test's spread, only where it can run
+            sd = math.sqrt(max(self._mean_var(n)[1], 0.0))
+        if ties.ceiling(self._shift + self._sum / n, self._best, sd):
             return "tied"  # the best seen 3 times above lower rewards: a ceiling (clip)
         return self._warm_decide(n)
 

@@ -92,25 +92,35 @@ class SeenValues:
 
 
 class Levels:
-    """The distinct rewards seen, ascending, and the smallest gap between two of them (inf until
-    two differ): a lattice's step, or on continuous rewards a gap that shrinks with every draw."""
+    """The smallest gap between two distinct rewards seen (inf until two differ): a lattice's
+    step, or on continuous rewards a gap that shrinks with every draw. Rewards are queued and
+    merged into the sorted distinct values only when :attr:`step` is read - the pile-up test
+    reads it only at a tied best - so a request that never ties pays one append per reward."""
 
-    __slots__ = ("step", "values")
+    __slots__ = ("_pending", "_step", "_values")
 
     def __init__(self) -> None:
-        self.values: list[float] = []
-        self.step = math.inf
+        self._values: list[float] = []
+        self._pending: list[float] = []
+        self._step = math.inf
 
     def note(self, reward: float) -> None:
-        values = self.values
-        at = bisect.bisect_left(values, reward)
-        if at < len(values) and values[at] == reward:
-            return
-        if at > 0:
-            self.step = min(self.step, reward - values[at - 1])
-        if at < len(values):
-            self.step = min(self.step, values[at] - reward)
-        values.insert(at, reward)
+        self._pending.append(reward)
+
+    @property
+    def step(self) -> float:
+        values = self._values
+        for reward in self._pending:
+            at = bisect.bisect_left(values, reward)
+            if at < len(values) and values[at] == reward:
+                continue
+            if at > 0:
+                self._step = min(self._step, reward - values[at - 1])
+            if at < len(values):
+                self._step = min(self._step, values[at] - reward)
+            values.insert(at, reward)
+        self._pending.clear()
+        return self._step
 
 
 def level_ratio(step: float, sd: float) -> float:
@@ -233,7 +243,7 @@ class TailTracker:
         self.fit: TailFit | None = None
         self.step: float | None = None  # the lattice's cell at the last fit (None: continuous)
         self.refits = 0
-        self.levels = Levels()  # the smallest gap between distinct rewards (is_pile_up)
+        self.step_seen = math.inf  # the smallest gap between distinct rewards (is_pile_up)
         self._shift = math.nan  # the first reward: sums of shifted rewards keep the sd exact
         self._sum = 0.0
         self._sum_sq = 0.0
@@ -280,12 +290,18 @@ class TailTracker:
         below = at_top - bisect.bisect_left(values, values[at_top - 1])
         mean = self._sum / n
         sd = math.sqrt(max(self._sum_sq - n * mean * mean, 0.0) / (n - 1))
-        return is_pile_up(n - at_top, below, level_ratio(self.levels.step, sd))
+        return is_pile_up(n - at_top, below, level_ratio(self.step_seen, sd))
 
     def add(self, reward: float) -> bool:
         """Insert ``reward``; refit when due. Returns True when the fit was recomputed."""
-        bisect.insort(self.sorted, reward)
-        self.levels.note(reward)
+        values = self.sorted
+        at = bisect.bisect_left(values, reward)
+        if at == len(values) or values[at] != reward:  # a new distinct value: its two gaps
+            if at > 0:
+                self.step_seen = min(self.step_seen, reward - values[at - 1])
+            if at < len(values):
+                self.step_seen = min(self.step_seen, values[at] - reward)
+        values.insert(at, reward)
         if len(self.sorted) == 1:
             self._shift = reward
         x = reward - self._shift
