@@ -175,18 +175,18 @@ def test_rewards_that_all_repeat_say_the_best_is_the_top():
 
     atoms = np.random.default_rng(0).standard_normal(20)
     draws = np.random.default_rng(1).choice(atoms, 400)
-    seen = SeenValues()
+    seen = SeenValues(0.99)
     stop = None
     for n, reward in enumerate(draws.tolist(), start=1):
         seen.note(reward)
-        if stop is None and seen.exhausted(0.99):
+        if stop is None and seen.exhausted():
             stop = n
     assert stop is not None and 100 <= stop <= 400
     assert max(draws[:stop]) == atoms.max()  # every atom had been drawn by then
-    continuous = SeenValues()
+    continuous = SeenValues(0.99)
     for reward in np.random.default_rng(2).standard_normal(960).tolist():
         continuous.note(reward)
-    assert not continuous.exhausted(0.99)
+    assert not continuous.exhausted()
     policy = TailTargetAcceptance(0.95, max_samples=400)
     for reward in draws.tolist():
         if policy.observe(reward):

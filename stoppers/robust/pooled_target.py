@@ -182,7 +182,7 @@ class PooledTargetAcceptance(StoppingPolicy):
             return "floor" if accepted >= self.target else None
         sd = math.sqrt(self._m2 / (n - 1)) if n > 1 and self._m2 > 0.0 else 0.0
         if self._ties.ceiling(self._mean, self._best, sd):
-            return "tied"  # the best seen 3 times above lower rewards: a ceiling (clipped scores)
+            return "tied"  # a pile-up at the best (a clip), or every value repeated (BestTies)
         if self._multiplier is not None:
             return self._multiplier_decide(n)
         table = self._table

@@ -281,7 +281,7 @@ class LearnedShapeCost(StoppingPolicy):
         if ties.count >= TIES_AT_MAX:  # the pile-up test's spread, only where it can run
             sd = math.sqrt(max(self._mean_var(n)[1], 0.0))
         if ties.ceiling(self._shift + self._sum / n, self._best, sd):
-            return "tied"  # the best seen 3 times above lower rewards: a ceiling (clip)
+            return "tied"  # the best piled up above lower rewards: a clip (BestTies)
         return self._warm_decide(n)
 
     @abstractmethod

@@ -30,7 +30,7 @@ from scipy.special import bdtrc
 
 from stoppers.robust.gpd_tail import TailFit, dequantize, fit_tail, lattice_step
 
-__all__ = ["BestTies", "SeenValues", "TailTracker", "is_pile_up"]
+__all__ = ["BestTies", "Levels", "SeenValues", "TailTracker", "is_pile_up", "level_ratio"]
 
 # Fit the tail without the current best (judge the best against the others)? Measured on the
 # training families it made the target rule stop earlier but not more efficiently, so off.
@@ -73,9 +73,10 @@ class SeenValues:
     1 / (1 - alpha) (100 rewards at alpha = 0.99).
     """
 
-    __slots__ = ("counts", "n", "singletons")
+    __slots__ = ("alpha", "counts", "n", "singletons")
 
-    def __init__(self) -> None:
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha  # the benchmark's percentile
         self.counts: dict[float, int] = {}
         self.n = 0
         self.singletons = 0
@@ -86,9 +87,18 @@ class SeenValues:
         self.n += 1
         self.singletons += 1 if seen == 0 else -1 if seen == 1 else 0
 
-    def exhausted(self, alpha: float) -> bool:
+    def exhausted(self) -> bool:
         """Is the estimated chance of a new value at most the benchmark's tail, 1 - alpha?"""
-        return self.singletons + 1 <= (1.0 - alpha) * self.n
+        return self.singletons + 1 <= (1.0 - self.alpha) * self.n
+
+
+def new_value_gap(values: list[float], at: int, reward: float) -> float:
+    """The smallest gap between ``reward`` and its neighbours in ascending ``values``, where
+    ``at = bisect_left(values, reward)``; inf if ``reward`` is already there (no new gap)."""
+    if at < len(values) and values[at] == reward:
+        return math.inf
+    below = reward - values[at - 1] if at > 0 else math.inf
+    return min(below, values[at] - reward) if at < len(values) else below
 
 
 class Levels:
@@ -112,13 +122,10 @@ class Levels:
         values = self._values
         for reward in self._pending:
             at = bisect.bisect_left(values, reward)
-            if at < len(values) and values[at] == reward:
-                continue
-            if at > 0:
-                self._step = min(self._step, reward - values[at - 1])
-            if at < len(values):
-                self._step = min(self._step, values[at] - reward)
-            values.insert(at, reward)
+            gap = new_value_gap(values, at, reward)
+            if gap < math.inf or not values:
+                self._step = min(self._step, gap)
+                values.insert(at, reward)
         self._pending.clear()
         return self._step
 
@@ -169,15 +176,13 @@ class BestTies:
         "count",
         "enabled",
         "levels",
-        "repeats_alpha",
         "seen",
         "top",
     )
 
     def __init__(self, *, enabled: bool = True, repeats_alpha: float | None = None) -> None:
         # target mode's benchmark level: also stop once every value repeats (SeenValues)
-        self.repeats_alpha = repeats_alpha
-        self.seen = SeenValues() if repeats_alpha is not None else None
+        self.seen = SeenValues(repeats_alpha) if repeats_alpha is not None else None
         self.levels = Levels()
         self.top = -math.inf
         self.count = 0
@@ -205,7 +210,7 @@ class BestTies:
         standard deviation, with the smallest gap between them sets :func:`level_ratio`), or
         (with ``repeats_alpha``) have the rewards repeated enough that no unseen value can hold
         the benchmark (:class:`SeenValues`; this part also with ``enabled=False``)?"""
-        if self.seen is not None and self.seen.exhausted(self.repeats_alpha):
+        if self.seen is not None and self.seen.exhausted():
             return True
         return (
             self.enabled
@@ -238,8 +243,8 @@ class TailTracker:
         self.prior_weight = prior_weight
         self.exact_until = exact_until
         self.sorted: list[float] = []
-        self.repeats_alpha = repeats_alpha  # the SeenValues rule at this level (None: off)
-        self.seen = SeenValues() if repeats_alpha is not None else None
+        # the SeenValues rule at this benchmark level (None: off)
+        self.seen = SeenValues(repeats_alpha) if repeats_alpha is not None else None
         self.fit: TailFit | None = None
         self.step: float | None = None  # the lattice's cell at the last fit (None: continuous)
         self.refits = 0
@@ -270,8 +275,8 @@ class TailTracker:
         32 (cost mode, :data:`COST_ALL_TIED`) the chance of missing one with >= 10% mass below 4%.
         A third with ``repeats_alpha`` (target mode), for repeated values anywhere
         (:class:`SeenValues`): so few values seen once that no unseen one can hold the
-        benchmark. With ``tie_ceiling=False`` (the deployment's
-        ceiling is known, :class:`BestTies`) the pile-up case does not apply.
+        benchmark. With ``tie_ceiling=False`` (the deployment's ceiling is known,
+        :class:`BestTies`) the pile-up case does not apply.
         """
         values = self.sorted
         n = len(values)
@@ -280,7 +285,7 @@ class TailTracker:
             return n >= max(2 * min_samples, all_tied)
         if n < min_samples:
             return False
-        if self.seen is not None and self.seen.exhausted(self.repeats_alpha):
+        if self.seen is not None and self.seen.exhausted():
             return True  # every value repeated: none unseen can hold the benchmark
         if not self.tie_ceiling:
             return False
@@ -296,13 +301,9 @@ class TailTracker:
         """Insert ``reward``; refit when due. Returns True when the fit was recomputed."""
         values = self.sorted
         at = bisect.bisect_left(values, reward)
-        if at == len(values) or values[at] != reward:  # a new distinct value: its two gaps
-            if at > 0:
-                self.step_seen = min(self.step_seen, reward - values[at - 1])
-            if at < len(values):
-                self.step_seen = min(self.step_seen, values[at] - reward)
+        self.step_seen = min(self.step_seen, new_value_gap(values, at, reward))
         values.insert(at, reward)
-        if len(self.sorted) == 1:
+        if len(values) == 1:
             self._shift = reward
         x = reward - self._shift
         self._sum += x
