@@ -113,6 +113,9 @@ def test_deconvolved_tables_deliver_a_low_target_on_gumbel_prompts():
         raw, q_alpha = st.plug_in(observed, sw, 0.7, 0.99, seed)
         tables["raw"].append(st.calibrate(raw, observed, sw, q_alpha, 8, 960, seed))
         for name, value in vars(tables["raw"][-1]).items():  # equal up to rounding
+            if value is None:  # no lattice
+                assert getattr(default, name) is None, name
+                continue
             assert np.allclose(getattr(default, name), value, rtol=1e-9, atol=1e-12), name
     rng = np.random.default_rng(7)
     delivered = {name: [] for name in tables}
