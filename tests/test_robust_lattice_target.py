@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from stoppers.replay.metrics import acceptance_rate
-from stoppers.robust import shape_prior
+from stoppers.robust.likelihood_cost import shared_lattice_step
 from stoppers.robust.pooled_target import PooledTargetAcceptance
-from stoppers.robust.shape_prior import ShapePrior, shared_lattice_step
+from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.stop_table import on_lattice
 
 
@@ -84,7 +84,7 @@ def test_calibrated_on_the_lattice_it_delivers_the_target_with_fewer_samples(mon
     on_lattice_rule = _delivered(prior, target, 1.0, log_sd=0.3)
 
     as_if_continuous = ShapePrior.from_dict(prior.to_dict())
-    monkeypatch.setattr(shape_prior, "shared_lattice_step", lambda streams: None)
+    monkeypatch.setattr(ShapePrior, "lattice_step", lambda self: None)
     assert as_if_continuous.table(target, min_samples=8, horizon=960).step is None
     continuous_rule = _delivered(as_if_continuous, target, 1.0, log_sd=0.3)
 

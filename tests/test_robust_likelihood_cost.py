@@ -13,6 +13,7 @@ import pytest
 from scipy import integrate, special, stats
 
 from stoppers.replay.synth import SynthSpec, generate
+from stoppers.robust.ceiling import ceiling_of
 from stoppers.robust.cost_prior import (
     EARLY_MAX_DISPERSION,
     EARLY_REQUESTS,
@@ -205,13 +206,17 @@ def test_a_trusted_bimodal_shape_is_decided_on_the_likelihood_not_the_moments():
     assert normal.likelihood_shape is not None and normal.likelihood_shape.modes == 1
 
 
-def test_tied_rewards_keep_to_the_earlier_paths():
+def test_clipped_tied_rewards_keep_to_the_earlier_paths():
+    """Scores rounded to 0.5 and clipped at 1: most rewards repeat and the deployment knows its
+    ceiling, so requests keep to the cold start (rounded scores without a clip take the
+    likelihood path: tests/test_robust_lattice_cost.py)."""
     rng = np.random.default_rng(4)
     prior = CostShapePrior()
-    for _ in range(20):  # scores rounded to 0.5: most rewards repeat
-        prior.update((np.round(rng.normal(0.0, 2.0, 60) * 2.0) / 2.0).tolist())
+    for _ in range(20):
+        prior.update(np.minimum(np.round(rng.normal(0.0, 2.0, 60) * 2.0) / 2.0, 1.0).tolist())
     fitted = prior.fitted_shape()
     assert fitted is not None and fitted.tied == 1.0 and prior.tied_streams() == 1.0
+    assert ceiling_of(prior) == 1.0
     assert ShapePandora(1e-3, prior=prior).fitted_shape is None
     assert tied_fraction([[1.0, 1.0, 2.0, 1.0], [3.0, 4.0], [5.0, 6.0, 7.0], [8.0]]) == 1 / 3
 

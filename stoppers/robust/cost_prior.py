@@ -203,8 +203,8 @@ class CostShapePrior(ShapePrior):
         change once kept), or a target table (:meth:`ShapePrior.prepare`)."""
         if key != LIKELIHOOD_KEY:
             return super().prepare(key)
-        streams, requests = list(self.streams), self.requests
-        return lambda: FittedShape.fit(streams, requests)
+        streams, requests, step = list(self.streams), self.requests, self.lattice_step()
+        return lambda: FittedShape.fit(streams, requests, step=step)
 
     def install(self, key: Any, table: Any) -> bool:
         """Keep a finished build unless one fitted on more requests is already there."""

@@ -430,12 +430,27 @@ class ShapePandora(LearnedShapeCost):
 
 
 def _continuous_shape(prior: object) -> FittedShape | None:
-    """The prior's likelihood shape if it has one and its streams are continuous, else None."""
+    """The prior's likelihood shape if it has one and its streams are continuous or on a
+    lattice without a clip (:func:`_clipless_lattice`), else None."""
     if not isinstance(prior, CostShapePrior) or not np.asarray(prior.s_counts).sum() > 0.0:
         return None
-    if prior.tied_streams() > TIED_MAX:
-        return None  # checked first: a tied deployment never asks for a fit
+    if prior.tied_streams() > TIED_MAX and not _clipless_lattice(prior):
+        return None  # checked first: a clipped deployment never asks for a fit
     return prior.fitted_shape()
+
+
+def _clipless_lattice(prior: CostShapePrior) -> bool:
+    """Does the deployment score on a lattice (integer or rounded ratings,
+    :meth:`~stoppers.robust.shape_prior.ShapePrior.lattice_step`) with neither a ceiling nor a
+    floor established? Such rewards are a smooth shape rounded, which the likelihood path reads
+    once the shape is fitted dequantized; a clip's point mass is not (the cold start and the
+    ceiling and floor rules decide there). Measured (docs/robust-stopping.md, "Cost mode learns
+    the shape of rounded scores"): rounded at 1.0, 1.008 -> 1.022 of the best fixed N at
+    c = 1e-3; the clipped pools unchanged, where letting them in had cost clipped 1.010 -> 1.000
+    at 1e-4."""
+    if prior.lattice_step() is None:
+        return False
+    return ceiling_of(prior) is None and floor_of(prior) is None
 
 
 def _multimodal_shape(prior: object) -> FittedShape | None:
@@ -470,6 +485,10 @@ def _untrusted_shape(prior: object) -> FittedShape | None:
     if fitted.modes > 1:
         share = fitted.two_mode_share
         return fitted if share is None or share >= TWO_MODE_SHARE else None
+    if prior.tied_streams() > TIED_MAX:
+        # a lattice (_continuous_shape): the shared-shape tests read each prompt's levels, which
+        # fall at its own standardised places, as a shape of its own; the blend cap still runs
+        return fitted
     return None if shapes_differ(prior) else fitted
 
 

@@ -37,7 +37,8 @@ at most ``max_tables`` tables are kept, least recently used dropped first):
   simulated mean acceptance equals t.
 
 Where most kept streams sit on a lattice (integer or rounded judge scores,
-:func:`shared_lattice_step`) the shape is fitted to them dequantized (:func:`dequantized`) and
+:meth:`ShapePrior.lattice_step`) the shape is fitted to them dequantized
+(:func:`~stoppers.robust.likelihood_cost.dequantized`) and
 the offset is calibrated on simulated streams rounded to the lattice and judged against a
 benchmark on it (:func:`~stoppers.robust.stop_table.on_lattice`): fitted and calibrated as if
 continuous, integer scores got a lumpy shape and a rule that asked for kappa's level more
@@ -84,8 +85,15 @@ from typing import Any
 import numpy as np
 
 from stoppers.robust.ceiling import RewardCeiling, RewardFloor
-from stoppers.robust.gpd_tail import dequantize, lattice_step
-from stoppers.robust.likelihood_cost import EDGES, TIED_MAX, FittedShape, stream_ties
+from stoppers.robust.likelihood_cost import (
+    EDGES,
+    TIED_MAX,
+    FittedShape,
+    dequantized,
+    shared_step,
+    stream_step,
+    stream_ties,
+)
 from stoppers.robust.shape_deconvolve import deconvolve_shape, predictive_to_normal
 from stoppers.robust.shape_likelihood import _rebin, fit_shape
 from stoppers.robust.stop_table import (
@@ -101,7 +109,7 @@ from stoppers.robust.stop_table import (
 )
 from stoppers.robust.xi_prior import XiPrior
 
-__all__ = ["MAX_TABLES", "ShapePrior", "build_table", "shared_lattice_step"]
+__all__ = ["MAX_TABLES", "ShapePrior", "build_table"]
 
 MAX_TABLES = 32  # stop tables cached per prior (LRU): client-chosen keys cannot grow memory
 STREAM_REQUESTS = 256  # the likelihood shape is fitted to the most recent requests' streams,
@@ -174,9 +182,12 @@ class ShapePrior:
     # table key built at that count shares one fit (not persisted)
     _fitted: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
     # that fit as a FittedShape (multimodal_shape), by the request count it was fitted at, and
-    # stream_ties of each kept stream, kept in step with them (tied_streams); not persisted
+    # (stream_ties, stream_step) of each kept stream, kept in step with them (tied_streams,
+    # lattice_step); not persisted
     _shape: tuple[int, FittedShape] | None = field(default=None, repr=False, compare=False)
-    _ties: list[bool | None] | None = field(default=None, repr=False, compare=False)
+    _facts: list[tuple[bool | None, float | None]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if len(self.z_counts) != Z_BINS or len(self.s_counts) != S_BINS:
@@ -219,13 +230,14 @@ class ShapePrior:
 
     def keep_stream(self, x: np.ndarray) -> None:
         """Keep the first ``STREAM_REWARDS`` of a finished request's rewards (the last
-        ``STREAM_REQUESTS`` requests' are kept), with its tie flag (:meth:`tied_streams`)."""
+        ``STREAM_REQUESTS`` requests' are kept), with its tie flag and lattice step
+        (:meth:`tied_streams`, :meth:`lattice_step`)."""
         stream = x[:STREAM_REWARDS].tolist()
-        if self._ties is not None and len(self._ties) == len(self.streams):
-            self._ties.append(stream_ties(stream))
-            del self._ties[:-STREAM_REQUESTS]
+        if self._facts is not None and len(self._facts) == len(self.streams):
+            self._facts.append(_stream_facts(stream))
+            del self._facts[:-STREAM_REQUESTS]
         else:
-            self._ties = None  # out of step (a restore): recounted when next asked
+            self._facts = None  # out of step (a restore): recounted when next asked
         self.streams.append(stream)
         del self.streams[:-STREAM_REQUESTS]
 
@@ -309,11 +321,20 @@ class ShapePrior:
         counted = [t for t in self._tie_flags() if t is not None]
         return sum(counted) / len(counted) if counted else 0.0
 
+    def lattice_step(self) -> float | None:
+        """:func:`~stoppers.robust.likelihood_cost.shared_lattice_step` of the kept streams, from
+        steps kept in step with them: the lattice the deployment scores on (integer or rounded
+        judge ratings), else None."""
+        return shared_step([step for _, step in self._stream_facts()])
+
     def _tie_flags(self) -> list[bool | None]:
         """stream_ties of each kept stream, in step with them (recounted after a restore)."""
-        if self._ties is None:
-            self._ties = [stream_ties(stream) for stream in self.streams]
-        return self._ties
+        return [tied for tied, _ in self._stream_facts()]
+
+    def _stream_facts(self) -> list[tuple[bool | None, float | None]]:
+        if self._facts is None:
+            self._facts = [_stream_facts(stream) for stream in self.streams]
+        return self._facts
 
     def fit_streams(self) -> list[list[float]]:
         """The kept streams the likelihood shape is fitted to: the continuous ones where they
@@ -363,10 +384,6 @@ class ShapePrior:
             )
             cached = self._shape = (requests, shape)
         return cached[1] if cached[1].modes > 1 else None
-
-    def lattice_step(self) -> float | None:
-        """:func:`shared_lattice_step` of the kept streams: the lattice the deployment scores on."""
-        return shared_lattice_step(self.streams)
 
     def table_key(
         self, target: float, *, min_samples: int, horizon: int, alpha: float | None = None
@@ -435,13 +452,12 @@ class ShapePrior:
             "deconvolve": self.deconvolve,
             "scale_shrink": self.scale_shrink,
         }
-        kept = list(self.streams)  # kept streams never change
-        streams = self.fit_streams() if self.likelihood else []
+        step = self.lattice_step()  # rounded scores: fitted and calibrated on the lattice
+        streams = self.fit_streams() if self.likelihood else []  # kept streams never change
 
         fitted_cache = self._fitted
 
         def build() -> StopTable:
-            step = shared_lattice_step(kept)  # rounded scores: fit and calibrate on the lattice
             shape = z_counts
             if len(streams) >= LIKELIHOOD_MIN_STREAMS:
                 fitted = fitted_cache.get(requests)
@@ -477,6 +493,10 @@ class ShapePrior:
         return cached
 
 
+def _stream_facts(stream: list[float]) -> tuple[bool | None, float | None]:
+    return stream_ties(stream), stream_step(stream)
+
+
 def _streams_of(streams: Any) -> list[list[float]]:
     """Validated kept streams: at most ``STREAM_REQUESTS`` lists of at most ``STREAM_REWARDS``
     finite numbers (ValueError otherwise: nothing :meth:`ShapePrior.to_dict` could write)."""
@@ -507,30 +527,6 @@ def _histogram(sparse: Any, bins: int, name: str) -> list[float]:
     return out
 
 
-def shared_lattice_step(streams: list[list[float]]) -> float | None:
-    """The step of the lattice most of a deployment's reward streams sit on (integer or rounded
-    judge scores): the median of the streams' own steps (:func:`~stoppers.robust.gpd_tail.
-    lattice_step`: a value other than a stream's lowest and highest repeats) where at least half
-    of the streams of >= 2 rewards have one; else None - continuous rewards, or a minority of
-    tied streams (clipped prompts among continuous ones)."""
-    steps = [lattice_step(sorted(stream)) for stream in streams if len(stream) >= 2]
-    on_lattice = [step for step in steps if step is not None]
-    if not on_lattice or 2 * len(on_lattice) < len(steps):
-        return None
-    return float(np.median(on_lattice))
-
-
-def dequantized(streams: list[list[float]], step: float | None) -> list[list[float]]:
-    """``streams`` as the shape is fitted to them: on a lattice (``step``) each stream's copies of
-    a level spread evenly over its rounding cell (:func:`~stoppers.robust.gpd_tail.dequantize`,
-    as the tail fit does). Why: fitted as they are, rounded scores make a lumpy shape - integer
-    scores of normal prompts gave it a 0.99-quantile of 2.07 and a 0.999-quantile of 4.87
-    (2.31 and 3.01 dequantized, 2.27 and 2.95 fitted to the same prompts unrounded)."""
-    if step is None:
-        return streams
-    return [list(dequantize(np.sort(stream), step)) for stream in streams]
-
-
 def build_table(
     z_counts: np.ndarray,
     s_counts: np.ndarray,
@@ -548,7 +544,7 @@ def build_table(
     """z_star on the log-scale grid, the scale prior, and the Monte Carlo offset.
 
     With ``deconvolve=False`` (the default) the recorded histogram is taken as the shape.
-    ``step``: the lattice the deployment scores on (:func:`shared_lattice_step`), which the
+    ``step``: the lattice the deployment scores on (:meth:`ShapePrior.lattice_step`), which the
     calibration's simulated streams are rounded to (:func:`~stoppers.robust.stop_table.on_lattice`).
 
     The histogram ``z_counts`` is what :meth:`ShapePrior.update` records - predictive draws of
