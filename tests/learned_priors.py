@@ -1,5 +1,6 @@
-"""Cost priors learned from synthetic requests, and a stream runner: shared by the cost-mode
-tests (tests/test_robust_shape_cost.py, tests/test_robust_cost_prior.py)."""
+"""Cost priors learned from synthetic requests, and stream runners: shared by the cost-mode
+tests (tests/test_robust_shape_cost.py, tests/test_robust_cost_prior.py) and the target-mode
+ones (tests/test_robust_pooled_target.py, tests/test_robust_lattice_target.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 
 import numpy as np
 
+from stoppers.replay.metrics import acceptance_rate
 from stoppers.robust.cost_prior import CostShapePrior, cost_shape_prior
 from stoppers.robust.shape_cost import ShapePandora
 
@@ -32,6 +34,14 @@ def run(policy, stream) -> int:
         if policy.observe(float(reward)):
             break
     return policy.n
+
+
+def served(policy, pool: np.ndarray, alpha: float = 0.99) -> tuple[float, int]:
+    """Serve one prompt's rewards ``pool`` (in order) to ``policy`` until it stops: the
+    acceptance of its best against the pool's alpha-quantile, and the rewards it drew."""
+    kappa = np.quantile(pool, alpha, method="inverted_cdf")
+    n = run(policy, pool)
+    return float(acceptance_rate(policy.best, kappa)), n
 
 
 def moments(cost, **kwargs) -> ShapePandora:

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from stoppers.replay.metrics import acceptance_rate
 from stoppers.robust.likelihood_cost import shared_lattice_step
 from stoppers.robust.pooled_target import PooledTargetAcceptance
 from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.stop_table import on_lattice
+from tests.learned_priors import served
 
 
 def _prompt(
@@ -58,14 +58,10 @@ def _delivered(prior: ShapePrior, target: float, step: float, log_sd: float, pro
     rng = np.random.default_rng(5)
     accepted, used = [], []
     for _ in range(prompts):
-        pool = _prompt(rng, 960, step, log_sd)
-        kappa = np.quantile(pool, 0.99, method="inverted_cdf")
         policy = PooledTargetAcceptance(target, prior=prior, max_samples=960)
-        for v in pool:
-            if policy.observe(float(v)):
-                break
-        accepted.append(float(acceptance_rate(policy.best, kappa)))
-        used.append(policy.n)
+        acceptance, n = served(policy, _prompt(rng, 960, step, log_sd))
+        accepted.append(acceptance)
+        used.append(n)
     return float(np.mean(accepted)), float(np.mean(used))
 
 

@@ -12,6 +12,7 @@ from stoppers.replay.metrics import acceptance_rate
 from stoppers.robust.pooled_target import PooledTargetAcceptance
 from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.target import TailTargetAcceptance
+from tests.learned_priors import served
 
 
 def _learned(prompts=40, samples=200, seed=0, df=None):
@@ -100,14 +101,10 @@ def test_delivers_the_target_on_fresh_prompts():
         acc, used = [], []
         for _ in range(300):
             loc, scale = rng.normal(0, 2), math.exp(rng.normal(0, 0.3))
-            pool = loc + scale * rng.standard_normal(960)
-            kappa = np.quantile(pool, 0.99, method="inverted_cdf")
             policy = PooledTargetAcceptance(target, prior=prior, max_samples=960)
-            for v in pool:
-                if policy.observe(float(v)):
-                    break
-            acc.append(float(acceptance_rate(policy.best, kappa)))
-            used.append(policy.n)
+            acceptance, n = served(policy, loc + scale * rng.standard_normal(960))
+            acc.append(acceptance)
+            used.append(n)
         results[target] = (np.mean(acc), np.mean(used))
     assert results[0.8][0] == pytest.approx(0.8, abs=0.03)
     assert results[0.95][0] == pytest.approx(0.95, abs=0.03)
