@@ -31,18 +31,26 @@ from stoppers.robust.target import TailTargetAcceptance
 __all__ = ["main", "observe_latency"]
 
 
-def observe_latency(make, n: int, repeats: int, seed: int = 0) -> np.ndarray:
+def observe_latency(
+    make, n: int, repeats: int, seed: int = 0, step: float | None = None
+) -> np.ndarray:
     """Seconds per ``observe`` of rewards n, n + 1, ..., n + max(1, n // 16) - 1: one window
-    per repeat, each on a copy of the state after n - 1 rewards (all windows concatenated)."""
+    per repeat, each on a copy of the state after n - 1 rewards (all windows concatenated).
+    Rewards are Student-t(3), rounded to multiples of ``step`` if given (a judge's ratings)."""
     rng = np.random.default_rng(seed)
+
+    def draws(shape):
+        x = rng.standard_t(3.0, shape)
+        return (x if step is None else step * np.round(x / step)).tolist()
+
     for _attempt in range(20):
         policy = make()
-        if not any(policy.observe(r) for r in rng.standard_t(3.0, n - 1).tolist()):
+        if not any(policy.observe(r) for r in draws(n - 1)):
             break
     else:
         raise RuntimeError(f"{type(policy).__name__} kept stopping before n={n}; cannot time")
     window = max(1, n // 16)
-    fresh = rng.standard_t(3.0, (repeats, window)).tolist()
+    fresh = draws((repeats, window))
     out = np.empty(repeats * window)
     clock = time.perf_counter
     k = 0
@@ -164,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(1)
     for _ in range(40):
         learned.update((rng.normal(0, 2) + rng.standard_t(3.0, 100)).tolist())
+    rounded = cost_shape_prior()  # 40 finished requests of integer-rounded normal rewards
+    for _ in range(40):
+        rounded.update(np.round(rng.normal(0, 2) + 2.0 * rng.standard_normal(100)).tolist())
     makers = {
         "TailPandora": _unreachable_tail,
         # the default's cold start on a deployment: the tail shape from the learned xi prior
@@ -173,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         "ShapePandora": _shape_unreachable(learned),
         # its likelihood path (where the shape is not trusted)
         "ShapePandora(likelihood)": _likelihood_unreachable(learned),
+        # the same path on rounded scores (fed rounded rewards below)
+        "ShapePandora(lattice)": _likelihood_unreachable(rounded),
         "PooledTargetAcceptance": _pooled_unreachable(),
         # on a bimodal deployment: its multiplier rule
         "PooledTarget(multimodal)": _multiplier_unreachable(),
@@ -181,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'policy':24s} {'n':>5s} {'median_us':>10s} {'p99_us':>9s} {'mean_us':>9s}")
     for name, make in makers.items():
         for n in sizes:
-            t = observe_latency(make, n, args.repeats) * 1e6
+            step = 1.0 if name == "ShapePandora(lattice)" else None
+            t = observe_latency(make, n, args.repeats, step=step) * 1e6
             print(
                 f"{name:24s} {n:5d} {np.median(t):10.2f} {np.percentile(t, 99):9.2f} "
                 f"{t.mean():9.2f}"

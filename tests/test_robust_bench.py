@@ -1,0 +1,36 @@
+"""The per-observe benchmark's timing harness (stoppers.robust.bench.observe_latency)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from stoppers.robust.bench import observe_latency
+
+
+class _Recorder:
+    """A policy that never stops and keeps what it was fed (in a class-level list: the harness
+    times deep copies of the policy)."""
+
+    seen: ClassVar[list[float]] = []
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def observe(self, reward: float) -> bool:
+        _Recorder.seen.append(reward)
+        self.n += 1
+        return False
+
+
+def test_times_one_window_per_repeat_on_rounded_rewards_when_asked():
+    _Recorder.seen = []
+    t = observe_latency(_Recorder, 33, repeats=4, step=0.5)
+    assert t.shape == (4 * 2,) and np.all(t >= 0.0)  # windows of 33 // 16 rewards
+    seen = np.asarray(_Recorder.seen)
+    assert seen.size == 32 + 8
+    assert np.all(seen * 2 == np.round(seen * 2))  # on the 0.5 lattice
+    _Recorder.seen = []
+    observe_latency(_Recorder, 33, repeats=1)
+    assert len(set(_Recorder.seen)) == len(_Recorder.seen)  # Student-t draws do not repeat
