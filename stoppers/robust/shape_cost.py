@@ -20,7 +20,8 @@ widened by ``inflation`` (optimism: stopping early costs more than sampling once
 between the best and kappa, plus the bins past kappa, whose acceptance is exactly 1.
 
 Since 2026-11-26, where the shared-shape tests below do not (yet) trust the recorded shape and the
-rewards are continuous, the default does not fall back to the cold start once the prior keeps 8
+rewards are continuous (or, since 2026-11-28, rounded with no clip established:
+``_clipless_lattice``), the default does not fall back to the cold start once the prior keeps 8
 requests' streams: it decides on the shape fitted by likelihood to those streams, with the request's
 own m and s integrated out by likelihood rather than by normal-theory moments
 (:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores the cold start). A two-mode
@@ -445,7 +446,7 @@ def _clipless_lattice(prior: CostShapePrior) -> bool:
     floor established? Such rewards are a smooth shape rounded, which the likelihood path reads
     once the shape is fitted dequantized; a clip's point mass is not (the cold start and the
     ceiling and floor rules decide there). Measured (docs/robust-stopping.md, "Cost mode learns
-    the shape of rounded scores"): rounded at 1.0, 1.008 -> 1.022 of the best fixed N at
+    the shape of rounded scores"): rounded at 1.0, 1.008 -> 1.021 of the best fixed N at
     c = 1e-3; the clipped pools unchanged, where letting them in had cost clipped 1.010 -> 1.000
     at 1e-4."""
     if prior.lattice_step() is None:
