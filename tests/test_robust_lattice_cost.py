@@ -8,8 +8,10 @@ import math
 import numpy as np
 import pytest
 
+from stoppers.robust import gpd_tail
 from stoppers.robust.ceiling import ceiling_of
 from stoppers.robust.cost_prior import CostShapePrior, cost_shape_prior
+from stoppers.robust.lattice_gain import lattice_posterior, lattice_posterior_gain
 from stoppers.robust.likelihood_cost import FittedShape
 from stoppers.robust.shape_cost import ShapePandora
 
@@ -63,3 +65,82 @@ def test_lattice_step_follows_the_kept_streams_and_survives_a_restore():
     assert prior.lattice_step() is None
     restored = CostShapePrior.from_dict(prior.to_dict())
     assert restored.lattice_step() is None and restored.tied_streams() == prior.tied_streams()
+
+
+def _normal_shape() -> FittedShape:
+    """The deployment's shape, fitted to 16 integer-rounded normal prompts (dequantized)."""
+    prior = _deployment()
+    fitted = ShapePandora(0.001, prior=prior, max_samples=960).fitted_shape
+    assert fitted is not None
+    return fitted
+
+
+def _few_levels(rng: np.random.Generator, n: int, sd: float = 0.5, step: float = 1.5):
+    """A prompt whose normal rewards (sd 0.5) fall on three or four levels of a 1.5 lattice."""
+    return step * np.round((0.3 + sd * rng.standard_normal(n)) / step)
+
+
+def test_the_interval_likelihood_finds_the_scale_under_coarse_rounding():
+    """Rewards on two to five levels of a 1.5 lattice (sd 0.3-0.8): read as cells, they place
+    the scale closer than read as points of the smooth shape (which also sees the rounding)."""
+    shape = _normal_shape()
+    cells, points = [], []
+    for sd in (0.3, 0.5, 0.8):
+        for seed in range(4):
+            x = _few_levels(np.random.default_rng(seed), 400, sd=sd)
+            _, s, w = lattice_posterior(shape, x, 1.5, math.log(0.6), 4.0)
+            cells.append(abs(math.log(float(w @ s) / sd)))
+            _, s, w = shape.posterior(x, math.log(0.6), 4.0)
+            points.append(abs(math.log(float(w @ s) / sd)))
+    assert np.mean(cells) < 0.1 and np.mean(cells) < 0.6 * np.mean(points)
+
+
+def test_a_best_at_the_benchmark_level_gains_nothing_on_the_lattice():
+    """Three levels, the best at the one holding the 0.99-quantile: the smooth shape keeps a
+    benchmark above the best (why such prompts drew to the budget), the lattice does not."""
+    shape, rng = _normal_shape(), np.random.default_rng(2)
+    x = _few_levels(rng, 300)
+    best = float(x.max())
+    gain, kappa = lattice_posterior_gain(shape, x, best, 0.99, 1.5, math.log(0.6), 4.0)
+    assert kappa == pytest.approx(best, abs=0.01) and gain < 1e-4
+    smooth, smooth_kappa = shape.posterior_gain(x, best, shape.quantile(0.99), math.log(0.6), 4.0)
+    assert smooth_kappa > best and smooth > 1e-3
+
+
+def test_the_lattice_gain_is_the_expected_gain_of_one_more_rounded_draw():
+    """Many rewards pin (m, s): the gain is E[(AR(V - kappa) - AR(best - kappa))+] with V the
+    shape's draw rounded to the lattice, checked by simulation with the true parameters."""
+    shape, rng = _normal_shape(), np.random.default_rng(3)
+    step, m, s = 0.5, 0.2, 1.0
+    x = step * np.round((m + s * rng.standard_normal(20_000)) / step)
+    best = step * np.round((m + 1.0 * s) / step)  # a best below the benchmark's level
+    gain, kappa = lattice_posterior_gain(shape, x, best, 0.99, step, 0.0, 1.0)
+    draws = step * np.round((m + s * _shape_draws(shape, rng, 400_000)) / step)
+    true_kappa = float(np.quantile(draws, 0.99, method="inverted_cdf"))
+    assert kappa == pytest.approx(true_kappa, abs=1e-6)
+    ar = gpd_tail._acceptance_array
+    expected = float(np.mean(np.maximum(ar(draws - kappa) - ar(best - kappa), 0.0)))
+    assert gain == pytest.approx(expected, rel=0.1)
+
+
+def _shape_draws(shape: FittedShape, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Draws of the standardised shape: a bin by its probability, uniform within it."""
+    edges = np.linspace(-8.0, 8.0, shape.p.size + 1)
+    i = rng.choice(shape.p.size, size=n, p=shape.p / shape.p.sum())
+    return edges[i] + (edges[1] - edges[0]) * rng.random(n)
+
+
+def test_few_level_prompts_stop_on_the_lattice_before_the_budget():
+    """The failure of 2026-11-28 (rounded at 1.5, seed 4): a prompt on three levels whose best
+    sits at the benchmark's level drew to the 960 budget at c = 1e-3."""
+    prior = _deployment()
+    rng = np.random.default_rng(4)
+    stops = []
+    for _ in range(5):
+        policy = ShapePandora(0.001, prior=prior, max_samples=960)
+        assert policy.warm and policy.fitted_shape is not None
+        x = 1.0 * np.round(0.3 + 0.3 * rng.standard_normal(960))  # levels 0 and 1, a few 2
+        n = next(i for i, r in enumerate(x, 1) if policy.observe(float(r)))
+        assert policy.stop_reason == "threshold"
+        stops.append(n)
+    assert max(stops) < 200

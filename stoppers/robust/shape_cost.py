@@ -71,6 +71,7 @@ from stoppers.robust.cost_prior import (
     shapes_differ,
 )
 from stoppers.robust.gpd_tail import acceptance
+from stoppers.robust.lattice_gain import lattice_posterior_gain
 from stoppers.robust.likelihood_cost import TIED_MAX, FittedShape, evaluation_due, sd_precision
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
@@ -350,6 +351,10 @@ class ShapePandora(LearnedShapeCost):
             self._z_alpha = fitted.quantile(self.alpha)
             self._scale_prior = scale_prior(prior.s_counts)
             self._seen: list[float] = []
+        # rounded scores: the gain is summed over the lattice's levels (lattice_gain)
+        self._step = (
+            prior.lattice_step() if fitted is not None and _clipless_lattice(prior) else None
+        )
         self.fitted_shape = fitted
         self.shape = shape
         if shape is None and fitted is None:
@@ -406,9 +411,19 @@ class ShapePandora(LearnedShapeCost):
         if fitted is not None:
             if not self._mean_var(n)[1] > 0.0:
                 return None  # all tied so far: no scale to judge the best against yet
-            self._gain, self._kappa = fitted.posterior_gain(
-                np.asarray(self._seen), self._best, self._z_alpha, *self._scale_prior
-            )
+            if self._step is not None:
+                self._gain, self._kappa = lattice_posterior_gain(
+                    fitted,
+                    np.asarray(self._seen),
+                    self._best,
+                    self.alpha,
+                    self._step,
+                    *self._scale_prior,
+                )
+            else:
+                self._gain, self._kappa = fitted.posterior_gain(
+                    np.asarray(self._seen), self._best, self._z_alpha, *self._scale_prior
+                )
             self._eval_n = n
             self._eval_best = self._best
             return "threshold" if self._gain <= self.cost else None
