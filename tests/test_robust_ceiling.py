@@ -22,6 +22,7 @@ from stoppers.robust.ceiling import (
     floor_acceptance_bound,
     floor_gain_bound,
     floor_of,
+    piles_up,
 )
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.cost_prior import CostShapePrior
@@ -64,6 +65,41 @@ def test_a_clipped_scale_establishes_its_upper_clip():
     assert ceiling_of(prior) == 2.0
 
 
+def _rounded_prompt(rng, loc, samples=100, clip=None):
+    """Normal rewards (sd 0.6) on a 1.25 lattice, clipped above at ``clip``."""
+    x = 1.25 * np.round((loc + 0.6 * rng.standard_normal(samples)) / 1.25)
+    return x if clip is None else np.minimum(x, clip)
+
+
+def test_the_top_level_of_rounded_scores_without_a_clip_is_no_ceiling():
+    """The highest prompts' best levels coincide on a coarse lattice; none of them piles up
+    there, so no ceiling (and the clipless lattice keeps its likelihood path)."""
+    rng = np.random.default_rng(0)
+    prior = CostShapePrior()
+    for loc in (2.0, 2.0, 2.0, 0.5, 1.0, 2.0, 0.0, 2.0):
+        prior.update(_rounded_prompt(rng, loc))
+    assert prior.ceiling.requests >= CEILING_REQUESTS and prior.ceiling.piled == 0
+    assert ceiling_of(prior) is None
+
+
+def test_a_clipped_lattice_establishes_its_clip_once_a_request_piles_up():
+    rng = np.random.default_rng(0)
+    prior = CostShapePrior()
+    for loc in (1.0, 1.0, 1.0):  # bulk under the clip: they reach it, without a pile-up
+        prior.update(_rounded_prompt(rng, loc, clip=2.5))
+    assert prior.ceiling.requests == 3 and ceiling_of(prior) is None
+    prior.update(_rounded_prompt(rng, 3.0, clip=2.5))  # bulk at the clip
+    assert prior.ceiling.piled == 1 and ceiling_of(prior) == 2.5
+
+
+def test_piles_up():
+    assert piles_up(np.array([0.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0]))  # 2 at the top, 3 under
+    assert not piles_up(np.array([0.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0]))
+    assert not piles_up(np.array([0.0, 1.0, 1.0, 2.0, 2.0, 3.0]))  # one copy of the top
+    assert piles_up(np.array([0.1, 0.7, 1.3, TOP]))  # continuous: a tie is the signal
+    assert piles_up(np.array([1.0, 2.0, 2.0]))  # two levels: too few to tell
+
+
 def test_every_request_teaches_the_ceiling_even_those_the_shape_skips():
     """All tied at the top (no sd) and short requests say the most about a bound."""
     target, cost = ShapePrior(), CostShapePrior()
@@ -85,6 +121,9 @@ def test_the_ceiling_survives_a_json_round_trip_and_old_snapshots_have_none():
         old = prior.to_dict()
         del old["ceiling"]
         assert cls.from_dict(old).ceiling == RewardCeiling()
+        before_piled = prior.to_dict()  # a snapshot from before piles_up: all piled
+        del before_piled["ceiling"]["piled"]
+        assert cls.from_dict(before_piled).ceiling.piled == prior.ceiling.requests
     assert RewardCeiling.from_dict(RewardCeiling().to_dict()) == RewardCeiling()
 
 
@@ -99,6 +138,9 @@ def test_the_ceiling_survives_a_json_round_trip_and_old_snapshots_have_none():
         {"top": 1.0, "requests": 2.5},
         {"top": None, "requests": 4},
         {"top": float("inf"), "requests": 4},
+        {"top": 1.0, "requests": 3, "piled": 4},
+        {"top": 1.0, "requests": 3, "piled": -1},
+        {"top": 1.0, "requests": 3, "piled": True},
     ],
 )
 def test_a_hostile_snapshot_is_refused(data):

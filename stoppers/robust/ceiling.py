@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import betainc
 
-from stoppers.robust.gpd_tail import acceptance
+from stoppers.robust.gpd_tail import acceptance, lattice_step
 from stoppers.robust.npmle import npmle_em
 
 __all__ = [
@@ -43,9 +43,13 @@ __all__ = [
     "floor_acceptance_bound",
     "floor_gain_bound",
     "floor_of",
+    "piles_up",
 ]
 
 CEILING_REQUESTS = 3  # requests that must have reached an end before it counts as the bound
+# on a lattice the top level piles up where it holds at least this share of the next lower one's
+# count (piles_up): a clip. Chosen once, not tuned (docs/robust-stopping.md, "A false ceiling")
+PILE_UP_SHARE = 0.5
 
 
 @dataclass
@@ -102,12 +106,64 @@ class _ScaleEnd:
 
 @dataclass
 class RewardCeiling(_ScaleEnd):
-    """The highest reward seen in a deployment and how many requests reached it exactly."""
+    """The highest reward seen in a deployment, how many requests reached it exactly, and how
+    many of those piled up there (:func:`piles_up`). It is established once
+    ``CEILING_REQUESTS`` requests reached it and at least one piled up: the top level of rounded
+    scores with no clip is reached by a few requests too, and none of them piles up there
+    (2026-11-29; before, rounded at 1.25, seed 6, 88 of 2,400 requests stopped on such a false
+    ceiling at c = 1e-4, 0.83 of the best fixed N's profit on them, and the deployment lost the
+    likelihood path a clipless lattice decides on)."""
 
     value: float = -math.inf
+    piled: int = 0  # of ``requests``, those whose rewards pile up at ``value``
     SIGN: ClassVar[float] = 1.0
     NAME: ClassVar[str] = "ceiling"
     KEY: ClassVar[str] = "top"
+
+    def note(self, rewards: Any) -> None:
+        x = np.asarray(rewards, dtype=np.float64).ravel()
+        x = x[np.isfinite(x)]
+        if x.size == 0:
+            return
+        top = float(x.max())
+        if top > self.value:
+            self.piled = 0
+        if top >= self.value:
+            self.piled += int(piles_up(x))
+        super().note(x)
+
+    @property
+    def bound(self) -> float | None:
+        return self.value if self.requests >= CEILING_REQUESTS and self.piled >= 1 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "piled": self.piled}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RewardCeiling:
+        """Restore :meth:`to_dict`; a snapshot from before ``piled`` counted every request
+        that reached the top as piled (the rule it was established by)."""
+        end = super().from_dict(data)
+        assert isinstance(end, RewardCeiling)
+        if data is None:
+            return end
+        piled = data.get("piled", end.requests)
+        if isinstance(piled, bool) or not isinstance(piled, int) or not 0 <= piled <= end.requests:
+            raise ValueError(f"{cls.NAME}.piled must be an integer in [0, requests]")
+        end.piled = piled
+        return end
+
+
+def piles_up(rewards: np.ndarray) -> bool:
+    """Do a request's finite ``rewards`` pile up at their best, as they do at a clip? On a
+    lattice (:func:`~stoppers.robust.gpd_tail.lattice_step`): the best holds at least two
+    copies and ``PILE_UP_SHARE`` of the next lower level's count - a clip collects the whole
+    tail above it, a smooth tail's top level holds less than the one below. Continuous rewards,
+    or too few levels to tell: yes (a tie at the top is the signal there, as before)."""
+    values, counts = np.unique(rewards, return_counts=True)
+    if values.size < 3 or lattice_step(np.sort(rewards)) is None:
+        return True
+    return bool(counts[-1] >= 2 and counts[-1] >= PILE_UP_SHARE * counts[-2])
 
 
 # The support of g, the distribution of p = P(a reward above the floor) across the deployment's
