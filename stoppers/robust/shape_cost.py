@@ -24,7 +24,9 @@ rewards are continuous (or, since 2026-11-28, rounded with no clip established:
 ``_clipless_lattice``), the default does not fall back to the cold start once the prior keeps 8
 requests' streams: it decides on the shape fitted by likelihood to those streams, with the request's
 own m and s integrated out by likelihood rather than by normal-theory moments
-(:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores the cold start). A two-mode
+(:mod:`stoppers.robust.likelihood_cost`; ``likelihood=False`` restores the cold start). On a
+lattice the request's rewards are read as rounding cells and the gain is summed over the levels
+(:mod:`stoppers.robust.lattice_gain`, since 2026-11-29). A two-mode
 fit needs no shared-shape test: each request's own rewards place it under the pooled shape, which is
 what made bimodal prompts with per-prompt mode weights work (docs/robust-stopping.md, "The
 likelihood path") - but it needs most of its streams to be bimodal on their own (``TWO_MODE_SHARE``,
