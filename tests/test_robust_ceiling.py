@@ -65,9 +65,9 @@ def test_a_clipped_scale_establishes_its_upper_clip():
     assert ceiling_of(prior) == 2.0
 
 
-def _rounded_prompt(rng, loc, samples=100, clip=None):
-    """Normal rewards (sd 0.6) on a 1.25 lattice, clipped above at ``clip``."""
-    x = 1.25 * np.round((loc + 0.6 * rng.standard_normal(samples)) / 1.25)
+def _rounded_prompt(rng, loc, samples=100, clip=None, sd=0.6):
+    """Normal rewards on a 1.25 lattice, clipped above at ``clip``."""
+    x = 1.25 * np.round((loc + sd * rng.standard_normal(samples)) / 1.25)
     return x if clip is None else np.minimum(x, clip)
 
 
@@ -88,16 +88,32 @@ def test_a_clipped_lattice_establishes_its_clip_once_a_request_piles_up():
     for loc in (1.0, 1.0, 1.0):  # bulk under the clip: they reach it, without a pile-up
         prior.update(_rounded_prompt(rng, loc, clip=2.5))
     assert prior.ceiling.requests == 3 and ceiling_of(prior) is None
-    prior.update(_rounded_prompt(rng, 3.0, clip=2.5))  # bulk at the clip
+    prior.update(_rounded_prompt(rng, 2.5, clip=2.5, sd=1.0))  # the clip holds most of it
     assert prior.ceiling.piled == 1 and ceiling_of(prior) == 2.5
 
 
 def test_piles_up():
-    assert piles_up(np.array([0.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0]))  # 2 at the top, 3 under
-    assert not piles_up(np.array([0.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0]))
+    # the top level the mode of a rounded normal, and no reward ever above it: a clip
+    assert piles_up(np.array([0.0] * 2 + [1.0] * 6 + [2.0] * 12 + [3.0] * 30))
+    # the top level holds less than the one below and a normal's tail explains it: no clip
+    assert not piles_up(np.array([0.0] * 4 + [1.0] * 12 + [2.0] * 20 + [3.0] * 8))
     assert not piles_up(np.array([0.0, 1.0, 1.0, 2.0, 2.0, 3.0]))  # one copy of the top
     assert piles_up(np.array([0.1, 0.7, 1.3, TOP]))  # continuous: a tie is the signal
-    assert piles_up(np.array([1.0, 2.0, 2.0]))  # two levels: too few to tell
+    # two levels: too few to tell, unless the deployment's lattice says how far apart they are
+    two = np.array([4.0] * 20 + [6.0] * 20)
+    assert piles_up(two) and not piles_up(two, step=2.0)
+    assert piles_up(np.array([1.0] * 4 + [2.0] * 16 + [3.0] * 60))  # steeply up to the top
+
+
+def test_two_level_prompts_of_a_coarse_lattice_establish_no_ceiling():
+    """Rounded at twice the scale: prompts sit on two or three levels, their top level often
+    their mode (rounded at 2.0, seed 7, established a false ceiling this way)."""
+    rng = np.random.default_rng(2)
+    prior = CostShapePrior()
+    for loc in (0.0, 1.0, -1.0, 5.0, 5.0, 5.0, 4.6, 5.0, 0.5, 5.0):
+        prior.update(2.0 * np.round((loc + 0.8 * rng.standard_normal(60)) / 2.0))
+    assert prior.lattice_step() == 2.0
+    assert prior.ceiling.requests >= CEILING_REQUESTS and ceiling_of(prior) is None
 
 
 def test_every_request_teaches_the_ceiling_even_those_the_shape_skips():

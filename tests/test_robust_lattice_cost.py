@@ -144,3 +144,16 @@ def test_few_level_prompts_stop_on_the_lattice_before_the_budget():
         assert policy.stop_reason == "threshold"
         stops.append(n)
     assert max(stops) < 200
+
+
+def test_an_established_floor_leaves_a_lattice_on_the_likelihood_path():
+    """The lowest level of a coarse lattice is reached by three requests as easily as a clip:
+    a floor alone does not send the deployment back to the cold start (a ceiling does)."""
+    from stoppers.robust.ceiling import floor_of
+
+    prior = _deployment()
+    for _ in range(3):  # three requests all at one low level: the deployment's floor
+        prior.update(np.full(40, -9.0))
+    assert floor_of(prior) is not None and ceiling_of(prior) is None
+    policy = ShapePandora(0.001, prior=prior, max_samples=960)
+    assert policy.warm and policy.fitted_shape is not None

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy import optimize, special
 from scipy.special import betainc
 
 from stoppers.robust.gpd_tail import acceptance, lattice_step
@@ -47,10 +48,10 @@ __all__ = [
 ]
 
 CEILING_REQUESTS = 3  # requests that must have reached an end before it counts as the bound
-# on a lattice the top level piles up where it holds at least this share of the next lower one's
-# count (piles_up): a clip. Chosen once; 1.0 changed nothing on rounded scores at twice the
-# median scale, where the test cannot tell (docs/robust-stopping.md, "A false ceiling")
-PILE_UP_SHARE = 0.5
+# on a lattice a request piles up at its best where a rounded normal clipped there beats one that
+# is not by this 2 log likelihood ratio (piles_up): chi-square(1) at 0.95, chosen once
+# (docs/robust-stopping.md, "A false ceiling on a lattice", "Lattices built after")
+PILE_UP_LR = 3.84
 
 
 @dataclass
@@ -110,10 +111,11 @@ class RewardCeiling(_ScaleEnd):
     """The highest reward seen in a deployment, how many requests reached it exactly, and how
     many of those piled up there (:func:`piles_up`). It is established once
     ``CEILING_REQUESTS`` requests reached it and at least one piled up: the top level of rounded
-    scores with no clip is reached by a few requests too, and none of them piles up there
+    scores with no clip is reached by a few requests too, and they rarely pile up there
     (2026-11-29; before, rounded at 1.25, seed 6, 88 of 2,400 requests stopped on such a false
     ceiling at c = 1e-4, 0.83 of the best fixed N's profit on them, and the deployment lost the
-    likelihood path a clipless lattice decides on)."""
+    likelihood path a clipless lattice decides on). :meth:`note` takes the deployment's lattice
+    step, so that a request on two levels can be judged too."""
 
     value: float = -math.inf
     piled: int = 0  # of ``requests``, those whose rewards pile up at ``value``
@@ -121,7 +123,7 @@ class RewardCeiling(_ScaleEnd):
     NAME: ClassVar[str] = "ceiling"
     KEY: ClassVar[str] = "top"
 
-    def note(self, rewards: Any) -> None:
+    def note(self, rewards: Any, step: float | None = None) -> None:
         x = np.asarray(rewards, dtype=np.float64).ravel()
         x = x[np.isfinite(x)]
         if x.size == 0:
@@ -130,7 +132,7 @@ class RewardCeiling(_ScaleEnd):
         if top > self.value:
             self.piled = 0
         if top >= self.value:
-            self.piled += int(piles_up(x))
+            self.piled += int(piles_up(x, step))
         super().note(x)
 
     @property
@@ -155,18 +157,68 @@ class RewardCeiling(_ScaleEnd):
         return end
 
 
-def piles_up(rewards: np.ndarray) -> bool:
-    """Do a request's finite ``rewards`` pile up at their best, as they do at a clip? On a
-    lattice (:func:`~stoppers.robust.gpd_tail.lattice_step`): the best holds at least two
-    copies and ``PILE_UP_SHARE`` of the next lower level's count - a clip collects the whole
-    tail above it, a smooth tail's top level usually holds less than the one below. Not on a
-    lattice much coarser than the prompt's scale: a prompt on two or three levels may have its
-    mode at the top one (rounded at 2.0, seed 7, still establishes a false ceiling). Continuous
-    rewards, or too few levels to tell: yes (a tie at the top is the signal there, as before)."""
-    values, counts = np.unique(rewards, return_counts=True)
-    if values.size < 3 or lattice_step(np.sort(rewards)) is None:
+def piles_up(rewards: np.ndarray, step: float | None = None) -> bool:
+    """Do a request's finite ``rewards`` pile up at their best, as they do at a clip?
+
+    On a lattice - the request's own (:func:`~stoppers.robust.gpd_tail.lattice_step`, three
+    levels or more) or, for a request on two levels, the deployment's ``step`` - the best piles
+    up when it holds two copies or more and a rounded normal clipped at the best explains the
+    levels' counts better than an unclipped one, by ``PILE_UP_LR`` (:func:`_clip_log_ratio`). A
+    clip collects the whole tail above it; an unbounded lattice whose top level holds much of
+    a prompt's mass predicts the level above too, and a request that never sees it is the
+    evidence. Why not a count rule (the top level holding half the level below's count, the
+    rule of the morning of 2026-11-29): on a lattice twice the median scale the top level of a
+    prompt on two or three levels is often its mode, and rounded at 2.0, seed 7, established a
+    false ceiling (docs/robust-stopping.md, "Lattices built after today's changes").
+    Continuous rewards, or a request too short to tell: yes (a tie at the top is the signal
+    there, as before)."""
+    x = np.sort(np.asarray(rewards, dtype=np.float64))
+    values, counts = np.unique(x, return_counts=True)
+    own = lattice_step(x) if values.size >= 3 else None
+    if own is not None:
+        step = own
+    elif step is None or values.size < 2 or not _whole_steps(values, step):
         return True
-    return bool(counts[-1] >= 2 and counts[-1] >= PILE_UP_SHARE * counts[-2])
+    if counts[-1] < 2:
+        return False
+    return 2.0 * _clip_log_ratio(values, counts, step) >= PILE_UP_LR
+
+
+def _whole_steps(values: np.ndarray, step: float) -> bool:
+    """Are the ascending distinct ``values`` whole steps apart (on the deployment's lattice)?"""
+    k = np.diff(values) / step
+    return bool(np.all(k > 0.5) and np.all(np.abs(k - np.round(k)) < 1e-6))
+
+
+def _clip_log_ratio(values: np.ndarray, counts: np.ndarray, step: float) -> float:
+    """max log L(clipped at the top level) - max log L(unclipped), >= 0: normals rounded to
+    ``step`` fitted by Nelder-Mead to the levels' ``counts``, each level's likelihood the mass of
+    its rounding cell (the top cell running to +inf where clipped)."""
+    lo, hi = values - 0.5 * step, values + 0.5 * step
+
+    def neg_log_lik(params: np.ndarray, clipped: bool) -> float:
+        m, s = params[0], math.exp(params[1])
+        upper = special.ndtr((hi - m) / s)
+        if clipped:
+            upper[-1] = 1.0
+        p = upper - special.ndtr((lo - m) / s)
+        return -float(counts @ np.log(np.maximum(p, 1e-300)))
+
+    total = counts.sum()
+    mean = float(counts @ values) / total
+    var = max(float(counts @ (values - mean) ** 2) / total, step * step / 12.0)
+    start = np.array([mean, 0.5 * math.log(var)])
+    best = {
+        clipped: optimize.minimize(
+            neg_log_lik,
+            start,
+            args=(clipped,),
+            method="Nelder-Mead",
+            options={"xatol": 1e-4, "fatol": 1e-6},
+        ).fun
+        for clipped in (False, True)
+    }
+    return max(best[False] - best[True], 0.0)
 
 
 # The support of g, the distribution of p = P(a reward above the floor) across the deployment's

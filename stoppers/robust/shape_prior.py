@@ -243,7 +243,7 @@ class ShapePrior:
 
     def note_ends(self, x: np.ndarray) -> None:
         """Learn the scale's ends from every request: one all tied at a clip says most."""
-        self.ceiling.note(x)
+        self.ceiling.note(x, step=self.lattice_step())  # a two-level request read on it
         self.floor.note(x)
 
     def _standardise(self, x: np.ndarray) -> np.ndarray:
