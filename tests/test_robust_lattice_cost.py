@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from stoppers.robust import gpd_tail
-from stoppers.robust.ceiling import ceiling_of
+from stoppers.robust.ceiling import ceiling_of, floor_of
 from stoppers.robust.cost_prior import CostShapePrior, cost_shape_prior
 from stoppers.robust.lattice_gain import lattice_posterior, lattice_posterior_gain
-from stoppers.robust.likelihood_cost import FittedShape
+from stoppers.robust.likelihood_cost import EDGES, FittedShape
 from stoppers.robust.shape_cost import ShapePandora
 
 
@@ -125,9 +125,8 @@ def test_the_lattice_gain_is_the_expected_gain_of_one_more_rounded_draw():
 
 def _shape_draws(shape: FittedShape, rng: np.random.Generator, n: int) -> np.ndarray:
     """Draws of the standardised shape: a bin by its probability, uniform within it."""
-    edges = np.linspace(-8.0, 8.0, shape.p.size + 1)
     i = rng.choice(shape.p.size, size=n, p=shape.p / shape.p.sum())
-    return edges[i] + (edges[1] - edges[0]) * rng.random(n)
+    return EDGES[i] + (EDGES[1] - EDGES[0]) * rng.random(n)
 
 
 def test_few_level_prompts_stop_on_the_lattice_before_the_budget():
@@ -149,8 +148,6 @@ def test_few_level_prompts_stop_on_the_lattice_before_the_budget():
 def test_an_established_floor_leaves_a_lattice_on_the_likelihood_path():
     """The lowest level of a coarse lattice is reached by three requests as easily as a clip:
     a floor alone does not send the deployment back to the cold start (a ceiling does)."""
-    from stoppers.robust.ceiling import floor_of
-
     prior = _deployment()
     for _ in range(3):  # three requests all at one low level: the deployment's floor
         prior.update(np.full(40, -9.0))

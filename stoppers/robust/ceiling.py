@@ -54,6 +54,12 @@ CEILING_REQUESTS = 3  # requests that must have reached an end before it counts 
 PILE_UP_LR = 3.84
 
 
+def _finite(rewards: Any) -> np.ndarray:
+    """A request's rewards as a flat float array, non-finite ones dropped."""
+    x = np.asarray(rewards, dtype=np.float64).ravel()
+    return x[np.isfinite(x)]
+
+
 @dataclass
 class _ScaleEnd:
     """The most extreme reward seen on one side and how many requests reached it exactly."""
@@ -67,8 +73,7 @@ class _ScaleEnd:
 
     def note(self, rewards: Any) -> None:
         """Learn from one finished request's rewards (any length; non-finite ones ignored)."""
-        x = np.asarray(rewards, dtype=np.float64).ravel()
-        x = x[np.isfinite(x)]
+        x = _finite(rewards)
         if x.size == 0:
             return
         extreme = float(x.max() if self.SIGN > 0 else x.min())
@@ -124,8 +129,7 @@ class RewardCeiling(_ScaleEnd):
     KEY: ClassVar[str] = "top"
 
     def note(self, rewards: Any, step: float | None = None) -> None:
-        x = np.asarray(rewards, dtype=np.float64).ravel()
-        x = x[np.isfinite(x)]
+        x = _finite(rewards)
         if x.size == 0:
             return
         top = float(x.max())
@@ -272,8 +276,7 @@ class RewardFloor(_ScaleEnd):
         if self.value != before:  # a new bottom: what was learned about the old one is moot
             self.counts, self.g = [], _uniform_on_grid().tolist()
             self.lift_sum, self.lift_weight = 0.0, 0.0
-        x = np.asarray(rewards, dtype=np.float64).ravel()
-        x = x[np.isfinite(x)]
+        x = _finite(rewards)
         if x.size == 0:
             return
         at_floor = int(np.count_nonzero(x == self.value))

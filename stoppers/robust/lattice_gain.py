@@ -54,15 +54,20 @@ def lattice_posterior(
     """(m, s, weights): a request's posterior over its location and scale from ``rewards`` on a
     lattice of step ``step``, each read as its rounding cell, under the deployment's
     standardised ``shape`` and log-sd prior N(``scale_mu``, 1 / ``scale_precision``)."""
+    return _posterior(_cdf(shape), rewards, step, (scale_mu, scale_precision))
+
+
+def _posterior(
+    cdf: np.ndarray, rewards: np.ndarray, step: float, prior: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`lattice_posterior` under the shape's CDF ``cdf`` (:func:`_cdf`)."""
     x = np.asarray(rewards, dtype=np.float64)
     levels, counts = np.unique(x, return_counts=True)
-    cdf = _cdf(shape)
     n = x.size
     var = float(x.var(ddof=1)) if n > 1 else 0.0
     # Sheppard: rounding adds h^2 / 12 to the variance (floored: a few levels say little)
     log_sd = 0.5 * math.log(max(var - step * step / 12.0, 0.25 * var, _TINY))
     half_m = 2.0 * _SPAN_SDS * math.sqrt(max(var, step * step / 12.0) / n)
-    prior = (scale_mu, scale_precision)
     m, s, w = _pass(levels, counts, cdf, step, (float(x.mean()), half_m), (log_sd, _WIDE), prior)
     log_s = np.log(s)
     m_mean, l_mean = float(w @ m), float(w @ log_s)
@@ -86,8 +91,8 @@ def lattice_posterior_gain(
     """(one-step gain, posterior mean of kappa) for a request holding ``rewards`` on a lattice
     of step ``step``: the gain over the lattice's levels averaged over
     :func:`lattice_posterior`."""
-    m, s, w = lattice_posterior(shape, rewards, step, scale_mu, scale_precision)
-    cdf = _cdf(shape)
+    cdf = _cdf(shape)  # once for the posterior and the gain
+    m, s, w = _posterior(cdf, rewards, step, (scale_mu, scale_precision))
     z_alpha = float(np.interp(alpha, cdf, EDGES))
     kappa = best + step * np.round((m + s * z_alpha - best) / step)  # the level holding it
     base = _acceptance_array(best - kappa)
