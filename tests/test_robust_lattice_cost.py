@@ -3,6 +3,7 @@ shape fitted dequantized; a clipped lattice keeps the cold start."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -143,6 +144,27 @@ def test_few_level_prompts_stop_on_the_lattice_before_the_budget():
         assert policy.stop_reason == "threshold"
         stops.append(n)
     assert max(stops) < 200
+
+
+def test_rewards_all_on_one_level_are_judged_as_one_cell():
+    """A request whose rewards all round to one level used to give the likelihood path no scale
+    to judge it by (it waited for a second level; only the blend cap ended it). Read as one
+    cell, its scale is the deployment's prior cut to what keeps n draws in one cell: the chance
+    of a level above, and the gain, fall as the ties accumulate."""
+    prior = _deployment()
+    shape = ShapePandora(0.001, prior=prior, max_samples=960).fitted_shape
+    gains = [
+        lattice_posterior_gain(shape, np.zeros(n), 0.0, 0.99, 2.0, math.log(1.0), 4.0)[0]
+        for n in (8, 32, 128, 512)
+    ]
+    assert gains[0] > 1e-2 and all(a > b for a, b in itertools.pairwise(gains)) and gains[-1] < 1e-4
+    # nine copies of 0.9 have a float variance of 1e-32, not 0: still one cell, not a tiny scale
+    nines = lattice_posterior_gain(shape, np.full(9, 0.9), 0.9, 0.99, 0.9, math.log(0.6), 4.0)[0]
+    assert nines > 1e-2
+    policy = ShapePandora(0.001, prior=prior, max_samples=960)
+    assert policy.warm and policy.fitted_shape is not None
+    assert not any(policy.observe(3.0) for _ in range(16))
+    assert policy.expected_gain is not None and policy.expected_gain > 0.001
 
 
 def test_an_established_floor_leaves_a_lattice_on_the_likelihood_path():

@@ -167,6 +167,35 @@ def test_a_lattice_is_fitted_dequantized_and_its_best_judged_within_its_cell():
     assert continuous.step is None and continuous.judged_best() == max(continuous.sorted)
 
 
+def test_two_repeated_values_are_read_as_two_cells():
+    from stoppers.robust.gpd_tail import fit_cell
+
+    assert fit_cell([2.0, 2.0, 2.0, 4.0, 4.0, 4.0]) == 2.0  # both repeat: two rounding cells
+    assert fit_cell([2.0, 2.0, 2.0, 4.0, 4.0]) is None  # twice may be a duplicated response
+    assert fit_cell([1.0, 1.0, 1.0, 1.0]) is None  # one value: nothing to fit
+    assert fit_cell([-1.0, 0.0, 0.0, 0.5, 1.0]) == 0.5  # three levels: the lattice's step
+    assert fit_cell([0.1, 0.5, 0.9, 0.9]) is None  # continuous below a repeated top
+
+
+@pytest.mark.parametrize("share", [0.5, 0.25, 0.1])
+def test_a_two_level_prompt_stops_short_of_the_budget(share):
+    """The failure of 2026-11-29 (rounded at 2.0, seed 7): a prompt whose rewards fall on two
+    levels, the upper one too common to be a clip, left the cold start no tail to fit - it drew
+    all 960 rewards. Read as two cells, the fit ends within the upper one and the request stops
+    on the gain. The budget's cost alone (0.96 at c = 1e-3) would dwarf a best's acceptance."""
+    stops = []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        stream = rng.choice([2.0, 4.0], size=960, p=[1.0 - share, share])
+        policy = TailPandora(1e-3, max_samples=960)
+        for reward in stream.tolist():
+            if policy.observe(reward):
+                break
+        assert policy.stop_reason == "threshold" and policy.best == 4.0
+        stops.append(policy.n)
+    assert np.median(stops) < 400
+
+
 def test_rewards_that_all_repeat_say_the_best_is_the_top():
     """A generator that returns one of 20 answers (each value an atom of 5%): once no value has
     been seen only once, (singletons + 1) / n <= 1 - alpha says no unseen value can hold the

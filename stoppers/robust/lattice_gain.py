@@ -64,19 +64,38 @@ def _posterior(
     x = np.asarray(rewards, dtype=np.float64)
     levels, counts = np.unique(x, return_counts=True)
     n = x.size
-    var = float(x.var(ddof=1)) if n > 1 else 0.0
-    # Sheppard: rounding adds h^2 / 12 to the variance (floored: a few levels say little)
-    log_sd = 0.5 * math.log(max(var - step * step / 12.0, 0.25 * var, _TINY))
-    half_m = 2.0 * _SPAN_SDS * math.sqrt(max(var, step * step / 12.0) / n)
-    m, s, w = _pass(levels, counts, cdf, step, (float(x.mean()), half_m), (log_sd, _WIDE), prior)
+    if levels.size > 1:
+        var = float(x.var(ddof=1))
+        # Sheppard: rounding adds h^2 / 12 to the variance (floored: a few levels say little)
+        log_sd = 0.5 * math.log(max(var - step * step / 12.0, 0.25 * var))
+        half_m = 2.0 * _SPAN_SDS * math.sqrt(max(var, step * step / 12.0) / n)
+        loc, log_scale = (float(x.mean()), half_m), (log_sd, _WIDE)
+    else:
+        loc, log_scale = _one_cell_grid(float(x[0]), step, prior)
+    m, s, w = _pass(levels, counts, cdf, step, loc, log_scale, prior)
     log_s = np.log(s)
     m_mean, l_mean = float(w @ m), float(w @ log_s)
     m_sd = math.sqrt(float(w @ (m - m_mean) ** 2))
     l_sd = math.sqrt(float(w @ (log_s - l_mean) ** 2))
     # the second pass no coarser than the first
-    half_m = max(_SPAN_SDS * m_sd, 2.0 * half_m / (_NODES - 1))
-    half_l = max(_SPAN_SDS * l_sd, 2.0 * _WIDE / (_NODES - 1))
+    half_m = max(_SPAN_SDS * m_sd, 2.0 * loc[1] / (_NODES - 1))
+    half_l = max(_SPAN_SDS * l_sd, 2.0 * log_scale[1] / (_NODES - 1))
     return _pass(levels, counts, cdf, step, (m_mean, half_m), (l_mean, half_l), prior)
+
+
+def _one_cell_grid(
+    level: float, step: float, prior: tuple[float, float]
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The first pass's (centre, half-width) of m and of log s for rewards all on one level.
+
+    They hold no spread to centre on: the likelihood P(cell)^n is flat for scales well under
+    the step and vanishes above it, and m is anywhere in the cell. So m spans the cell and a
+    step either side, and log s runs from the log-sd prior's low end (or a twentieth of the
+    step) to 1.6 steps: what the prior puts on scales too small to reach another level is
+    kept, not cut off (cutting it would overstate the chance of a level above)."""
+    low = min(math.log(step) - 3.0, prior[0] - 3.0 / math.sqrt(prior[1]))
+    high = math.log(step) + 0.5
+    return (level, 1.5 * step), (0.5 * (low + high), 0.5 * (high - low))
 
 
 def lattice_posterior_gain(

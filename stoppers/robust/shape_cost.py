@@ -411,9 +411,9 @@ class ShapePandora(LearnedShapeCost):
             return "threshold" if self._gain <= self.cost else None
         fitted = self.fitted_shape
         if fitted is not None:
-            if not self._mean_var(n)[1] > 0.0:
+            if self._step is None and not self._mean_var(n)[1] > 0.0:
                 return None  # all tied so far: no scale to judge the best against yet
-            if self._step is not None:
+            if self._step is not None:  # all tied too: one cell, its scale from the prior
                 self._gain, self._kappa = lattice_posterior_gain(
                     fitted,
                     np.asarray(self._seen),

@@ -12,11 +12,13 @@ microseconds at n = 960.
 Scores on a lattice (integer or coarsely rounded judge ratings) are fitted *dequantized*: a GPD
 fitted to a handful of levels sees a bounded tail ending at the top level seen, puts the
 benchmark above it and keeps sampling for a level that is rarely there. Where a value other than
-the lowest and highest seen repeats, each level's copies are spread evenly across its rounding
-cell (the smallest gap between the values seen; :func:`~stoppers.robust.gpd_tail.dequantize`)
-before the fit, and the policies judge the highest spread copy of the best
-(:meth:`TailTracker.judged_best`): the fit then describes the continuous scores the lattice
-rounds. Rewards that repeat only at their extremes (a clip, a floor) are fitted as they are.
+the lowest and highest seen repeats - or the stream holds two values, each seen three times
+(:func:`~stoppers.robust.gpd_tail.fit_cell`) - each level's copies are spread evenly across its
+rounding cell (the smallest gap between the values seen;
+:func:`~stoppers.robust.gpd_tail.dequantize`) before the fit, and the policies judge the
+highest spread copy of the best (:meth:`TailTracker.judged_best`): the fit then describes the
+continuous scores the lattice rounds. Rewards that repeat only at their extremes (a clip, a
+floor) are fitted as they are.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import bdtrc
 
-from stoppers.robust.gpd_tail import TailFit, dequantize, fit_tail, lattice_step
+from stoppers.robust.gpd_tail import TailFit, dequantize, fit_cell, fit_tail
 
 __all__ = ["BestTies", "Levels", "SeenValues", "TailTracker", "is_pile_up", "level_ratio"]
 
@@ -321,7 +323,7 @@ class TailTracker:
         if not due:
             return False
         values = self.sorted[:-1] if self.leave_out_best else self.sorted
-        self.step = lattice_step(self.sorted)
+        self.step = fit_cell(self.sorted)
         x = np.asarray(values)
         if self.step is not None:
             x = dequantize(x, self.step)
