@@ -33,7 +33,7 @@ from stoppers.robust.ceiling import FloorBound, floor_gain_bound
 from stoppers.robust.gpd_tail import TailFit
 from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
-from stoppers.robust.tracker import COST_ALL_TIED
+from stoppers.robust.tracker import COST_ALL_TIED, cost_all_tied
 from stoppers.robust.xi_prior import XiPrior
 
 __all__ = ["TailPandora", "default_kappa_z"]
@@ -99,6 +99,7 @@ class TailPandora(TailPolicy):
             if not (z >= 0.0 and math.isfinite(z)):
                 raise ValueError(f"{name} must be finite and >= 0, got {z!r}")
         self.cost = cost
+        self.all_tied = cost_all_tied(cost)  # a point mass: later the cheaper a draw is
         self.scale_z = float(scale_z)
         self.xi_z = float(xi_z)
         self._optimistic: TailFit | None = None
