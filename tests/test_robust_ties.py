@@ -175,6 +175,13 @@ def test_two_repeated_values_are_read_as_two_cells():
     assert fit_cell([1.0, 1.0, 1.0, 1.0]) is None  # one value: nothing to fit
     assert fit_cell([-1.0, 0.0, 0.0, 0.5, 1.0]) == 0.5  # three levels: the lattice's step
     assert fit_cell([0.1, 0.5, 0.9, 0.9]) is None  # continuous below a repeated top
+    # cost mode only: target mode stops two repeated values on its own (SeenValues)
+    for two_level_cells, step in ((True, 2.0), (False, None)):
+        tracker = TailTracker(xi0=0.0, prior_weight=30.0, two_level_cells=two_level_cells)
+        for reward in [2.0, 4.0, 2.0, 4.0, 2.0, 4.0]:
+            tracker.add(reward)
+        assert tracker.step == step
+    assert TailPandora.two_level_cells and not TailTargetAcceptance.two_level_cells
 
 
 @pytest.mark.parametrize("share", [0.5, 0.25, 0.1])

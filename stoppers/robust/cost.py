@@ -66,6 +66,7 @@ class TailPandora(TailPolicy):
     all_tied = COST_ALL_TIED
     precision_weighted = True
     stops_on_repeats = False
+    two_level_cells = True
 
     def __init__(
         self,

@@ -33,6 +33,10 @@ class TailPolicy(StoppingPolicy):
     # (tracker.SeenValues). Target mode only: in cost mode a value above the best with a
     # chance under 1 - alpha can still pay for a sample at small cost (measured worse).
     stops_on_repeats = True
+    # Read two values each seen three times as two rounding cells (gpd_tail.fit_cell). Cost mode
+    # only: there a two-level prompt had no tail to fit and drew to the budget; target mode stops
+    # such prompts once both values repeat (stops_on_repeats).
+    two_level_cells = False
 
     def __init__(
         self,
@@ -67,6 +71,7 @@ class TailPolicy(StoppingPolicy):
             tie_ceiling=tie_ceiling,
             precision_weighted=self.precision_weighted,
             repeats_alpha=self.alpha if self.stops_on_repeats else None,
+            two_level_cells=self.two_level_cells,
         )
         self._fit_seen: TailFit | None = None
         self._kappa_off = math.nan

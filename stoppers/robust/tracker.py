@@ -12,9 +12,9 @@ microseconds at n = 960.
 Scores on a lattice (integer or coarsely rounded judge ratings) are fitted *dequantized*: a GPD
 fitted to a handful of levels sees a bounded tail ending at the top level seen, puts the
 benchmark above it and keeps sampling for a level that is rarely there. Where a value other than
-the lowest and highest seen repeats - or the stream holds two values, each seen three times
-(:func:`~stoppers.robust.gpd_tail.fit_cell`) - each level's copies are spread evenly across its
-rounding cell (the smallest gap between the values seen;
+the lowest and highest seen repeats - or, in cost mode, the stream holds two values, each seen
+three times (:func:`~stoppers.robust.gpd_tail.fit_cell`) - each level's copies are spread
+evenly across its rounding cell (the smallest gap between the values seen;
 :func:`~stoppers.robust.gpd_tail.dequantize`) before the fit, and the policies judge the
 highest spread copy of the best (:meth:`TailTracker.judged_best`): the fit then describes the
 continuous scores the lattice rounds. Rewards that repeat only at their extremes (a clip, a
@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import bdtrc
 
-from stoppers.robust.gpd_tail import TailFit, dequantize, fit_cell, fit_tail
+from stoppers.robust.gpd_tail import TailFit, dequantize, fit_cell, fit_tail, lattice_step
 
 __all__ = [
     "BestTies",
@@ -263,8 +263,11 @@ class TailTracker:
         tie_ceiling: bool = True,
         precision_weighted: bool = False,
         repeats_alpha: float | None = None,
+        two_level_cells: bool = False,
     ) -> None:
         self.leave_out_best = leave_out_best
+        # two values each seen three times read as two cells (gpd_tail.fit_cell; cost mode)
+        self._cell_of = fit_cell if two_level_cells else lattice_step
         self.precision_weighted = precision_weighted
         self.tie_ceiling = tie_ceiling
         self.posterior = posterior
@@ -350,7 +353,7 @@ class TailTracker:
         if not due:
             return False
         values = self.sorted[:-1] if self.leave_out_best else self.sorted
-        self.step = fit_cell(self.sorted)
+        self.step = self._cell_of(self.sorted)
         x = np.asarray(values)
         if self.step is not None:
             x = dequantize(x, self.step)
