@@ -19,6 +19,7 @@ from stoppers.robust.ceiling import (
     RewardCeiling,
     RewardFloor,
     ceiling_of,
+    clipped_floor_of,
     floor_acceptance_bound,
     floor_gain_bound,
     floor_of,
@@ -282,6 +283,39 @@ def test_the_floor_mirrors_the_ceiling():
         ):
             with pytest.raises(ValueError, match="floor"):
                 cls.from_dict(prior.to_dict() | {"floor": bad})
+
+
+def test_a_floor_is_a_clip_only_where_a_request_piles_up_at_it():
+    """The lowest level of rounded scores is reached by three requests and establishes a floor
+    (whose rule still ends all-bottom requests) without piling up there: no clip, the lattice
+    keeps its likelihood path. A judge's lower clip holding most of a prompt's responses piles
+    up: the floor is a clip and closes it (AlpacaEval's duplicated logits look like a fine
+    lattice, and the lattice path lost there, 0.9978 of the best fixed N at 1e-4)."""
+    rng = np.random.default_rng(0)
+    prior = CostShapePrior()
+    for loc in (-2.0, -2.0, -2.0, 0.5, 1.0, -2.0, 0.0, -2.0):
+        prior.update(_rounded_prompt(rng, loc))
+    assert floor_of(prior) is not None and prior.floor.piled == 0
+    assert clipped_floor_of(prior) is None
+    assert ShapePandora(1e-3, prior=prior, max_samples=960).fitted_shape is not None
+    for _ in range(3):  # a clip under the bulk: most of each request sits at it
+        prior.update(np.maximum(_rounded_prompt(rng, -4.5, sd=1.0), -5.0))
+    assert prior.floor.piled >= 1 and clipped_floor_of(prior) == -5.0
+    policy = ShapePandora(1e-3, prior=prior, max_samples=960)
+    assert not policy.warm and policy.fitted_shape is None
+    # all at one value says nothing of a clip; a continuous request with ties at its bottom does
+    floor = RewardFloor()
+    floor.note([1.0] * 20)
+    assert floor.piled == 0
+    floor.note([BOTTOM] * 30 + [-3.1, 0.4, 2.2])
+    assert floor.piled == 1 and floor.clip is None  # one request: not yet established
+    restored = RewardFloor.from_dict(json.loads(json.dumps(floor.to_dict())))
+    assert restored == floor
+    old = floor.to_dict()
+    del old["piled"]  # a snapshot from before: every request at the floor counted as piled
+    assert RewardFloor.from_dict(old).piled == floor.requests
+    with pytest.raises(ValueError, match="floor.piled"):
+        RewardFloor.from_dict(floor.to_dict() | {"piled": 5})
 
 
 def test_the_floor_gain_bound_is_the_integral_it_claims():

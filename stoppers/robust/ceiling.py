@@ -41,6 +41,7 @@ __all__ = [
     "RewardCeiling",
     "RewardFloor",
     "ceiling_of",
+    "clipped_floor_of",
     "floor_acceptance_bound",
     "floor_gain_bound",
     "floor_of",
@@ -262,6 +263,7 @@ class RewardFloor(_ScaleEnd):
     """
 
     value: float = math.inf
+    piled: int = 0  # of ``requests``, those whose rewards pile up at ``value`` (a clip)
     counts: list[list[int]] = field(default_factory=list, repr=False)
     g: list[float] = field(default_factory=lambda: _uniform_on_grid().tolist(), repr=False)
     lift_sum: float = 0.0
@@ -270,15 +272,23 @@ class RewardFloor(_ScaleEnd):
     NAME: ClassVar[str] = "floor"
     KEY: ClassVar[str] = "bottom"
 
-    def note(self, rewards: Any) -> None:
-        before = self.value
-        super().note(rewards)
-        if self.value != before:  # a new bottom: what was learned about the old one is moot
-            self.counts, self.g = [], _uniform_on_grid().tolist()
-            self.lift_sum, self.lift_weight = 0.0, 0.0
+    def note(self, rewards: Any, step: float | None = None) -> None:
+        """Learn from one finished request's rewards; ``step``, the deployment's lattice, judges
+        a request on two levels (:func:`piles_up`, as :meth:`RewardCeiling.note`)."""
         x = _finite(rewards)
         if x.size == 0:
             return
+        before = self.value
+        bottom = float(x.min())
+        if bottom <= before:
+            # a pile-up at the bottom is one at the top of -x; rewards all at one value tell a
+            # clip from a level no more than one draw does (a coarse lattice's tied prompts)
+            piled = int(float(x.max()) > bottom and piles_up(-x, step))
+            self.piled = piled if bottom < before else self.piled + piled
+        super().note(x)
+        if self.value != before:  # a new bottom: what was learned about the old one is moot
+            self.counts, self.g = [], _uniform_on_grid().tolist()
+            self.lift_sum, self.lift_weight = 0.0, 0.0
         at_floor = int(np.count_nonzero(x == self.value))
         self.counts.append([int(x.size), int(x.size) - at_floor])
         del self.counts[:-P_ROWS]
@@ -289,12 +299,20 @@ class RewardFloor(_ScaleEnd):
             self.lift_weight += weight
 
     @property
+    def clip(self) -> float | None:
+        """The floor if it is established and a request has piled up at it (a clip below the
+        scores, as on the AlpacaEval judge), else None: the lowest level of rounded scores is
+        reached by three requests as easily, but rarely piles up (:func:`piles_up`)."""
+        return self.bound if self.piled >= 1 else None
+
+    @property
     def lift(self) -> float:
         """Mean acceptance gained above the floor (1, the bound's worst case, before any)."""
         return self.lift_sum / self.lift_weight if self.lift_weight > 0.0 else 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return super().to_dict() | {
+            "piled": self.piled,
             "counts": [list(c) for c in self.counts],
             "g": list(self.g),
             "lift_sum": self.lift_sum,
@@ -329,8 +347,15 @@ class RewardFloor(_ScaleEnd):
             raise ValueError(f"floor.g must hold {P_GRID.size} probabilities")
         if abs(sum(g) - 1.0) > 1e-6:
             raise ValueError("floor.g must sum to 1")
+        # a snapshot from before ``piled`` counts every request at the floor as piled: a floor
+        # closed the lattice path then (shape_cost._clipless_lattice)
+        piled = data.get("piled", floor.requests)
+        valid = isinstance(piled, int) and not isinstance(piled, bool)
+        if not valid or not 0 <= piled <= floor.requests:
+            raise ValueError(f"{cls.NAME}.piled must be an integer in [0, requests]")
         floor.counts, floor.g = [list(c) for c in counts], [float(v) for v in g]
         floor.lift_sum, floor.lift_weight = lift_sum, lift_weight
+        floor.piled = piled
         return floor
 
 
@@ -384,6 +409,13 @@ def floor_of(prior: object) -> FloorBound | None:
     if not isinstance(floor, RewardFloor) or floor.bound is None:
         return None
     return FloorBound(floor.bound, floor.lift, tuple(floor.g))
+
+
+def clipped_floor_of(prior: object) -> float | None:
+    """The floor of a deployment prior that keeps one, where it is established and a request
+    piled up at it (:attr:`RewardFloor.clip`), else None."""
+    floor = getattr(prior, "floor", None)
+    return floor.clip if isinstance(floor, RewardFloor) else None
 
 
 def floor_gain_bound(n: int, alpha: float, floor: FloorBound | None = None) -> float:

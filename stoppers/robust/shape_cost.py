@@ -64,7 +64,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stoppers.base import StoppingPolicy
-from stoppers.robust.ceiling import ceiling_of, floor_gain_bound, floor_of
+from stoppers.robust.ceiling import ceiling_of, clipped_floor_of, floor_gain_bound, floor_of
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.cost_prior import (
     EARLY_REQUESTS,
@@ -464,15 +464,21 @@ def _clipless_lattice(prior: CostShapePrior) -> bool:
     fitted dequantized; a clip's point mass is not (the cold start and the ceiling rule decide
     there). Measured (docs/robust-stopping.md, "Cost mode learns the shape of rounded scores"):
     rounded at 1.0, 1.008 -> 1.021 of the best fixed N at c = 1e-3; the clipped pools unchanged,
-    where letting them in had cost clipped 1.010 -> 1.000 at 1e-4. An established floor does not
-    close the path (since 2026-11-29): the lowest level of a coarse lattice is reached by three
-    requests as easily as a clip, and rounded at 2.0 (seed 7) ran 1,443 of 2,400 requests on the
-    cold start for it, 0.972 of the best fixed N at 1e-3 (1.007 with the floor not read; the
-    clipped judges within 0.0012; docs/robust-stopping.md, "The floor does not close the lattice
-    path"). The floor rule itself still ends requests whose rewards all sit at the floor."""
+    where letting them in had cost clipped 1.010 -> 1.000 at 1e-4.
+
+    A floor closes the path only where a request has piled up at it (``clipped_floor_of``, as
+    a ceiling must; since 2026-11-29). The lowest level of a coarse lattice is reached by three
+    requests as easily as a clip: with any established floor closing it, rounded at 2.0 (seed 7)
+    ran 1,443 of 2,400 requests on the cold start, 0.972 of the best fixed N at 1e-3
+    (docs/robust-stopping.md, "The floor does not close the lattice path"). With no floor read,
+    AlpacaEval - a judge's continuous logits whose duplicates make a 0.016 "lattice", over a
+    clip that holds most of its responses - went to the lattice path until its ceiling was
+    established and lost 0.9984 -> 0.9963 of the best fixed N at 1e-3, 1.0000 -> 0.9978 at
+    1e-4 (120 prompts; docs/robust-stopping.md, "A floor that piles up is a clip"). The floor
+    rule itself ends requests whose rewards all sit at any established floor."""
     if prior.lattice_step() is None:
         return False
-    return ceiling_of(prior) is None
+    return ceiling_of(prior) is None and clipped_floor_of(prior) is None
 
 
 def _multimodal_shape(prior: object) -> FittedShape | None:

@@ -243,8 +243,9 @@ class ShapePrior:
 
     def note_ends(self, x: np.ndarray) -> None:
         """Learn the scale's ends from every request: one all tied at a clip says most."""
-        self.ceiling.note(x, step=self.lattice_step())  # a two-level request read on it
-        self.floor.note(x)
+        step = self.lattice_step()  # a two-level request is read on it
+        self.ceiling.note(x, step=step)
+        self.floor.note(x, step=step)
 
     def _standardise(self, x: np.ndarray) -> np.ndarray:
         """Each draw after the first ``min_rewards - 1`` against the mean and sd *before* it.
