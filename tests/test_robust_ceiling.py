@@ -314,7 +314,7 @@ def test_a_floor_is_a_clip_only_where_a_request_piles_up_at_it():
     old = floor.to_dict()
     del old["piled"]  # a snapshot from before: every request at the floor counted as piled
     assert RewardFloor.from_dict(old).piled == floor.requests
-    with pytest.raises(ValueError, match="floor.piled"):
+    with pytest.raises(ValueError, match=r"floor\.piled"):
         RewardFloor.from_dict(floor.to_dict() | {"piled": 5})
 
 
