@@ -471,11 +471,12 @@ def _clipless_lattice(prior: CostShapePrior) -> bool:
     requests as easily as a clip: with any established floor closing it, rounded at 2.0 (seed 7)
     ran 1,443 of 2,400 requests on the cold start, 0.972 of the best fixed N at 1e-3
     (docs/robust-stopping.md, "The floor does not close the lattice path"). With no floor read,
-    AlpacaEval - a judge's continuous logits whose duplicates make a 0.016 "lattice", over a
-    clip that holds most of its responses - went to the lattice path until its ceiling was
-    established and lost 0.9984 -> 0.9963 of the best fixed N at 1e-3, 1.0000 -> 0.9978 at
-    1e-4 (120 prompts; docs/robust-stopping.md, "A floor that piles up is a clip"). The floor
-    rule itself ends requests whose rewards all sit at any established floor."""
+    AlpacaEval - a judge's continuous logits whose duplicates made a 0.016 "lattice" in some
+    deployments, over a clip that holds most of its responses - went to the lattice path until
+    its ceiling was established and lost 0.9984 -> 0.9963 of the best fixed N at 1e-3, 1.0000
+    -> 0.9978 at 1e-4 (120 prompts; docs/robust-stopping.md, "A floor that piles up is a
+    clip"). The floor rule itself ends requests whose rewards all sit at any established
+    floor."""
     if prior.lattice_step() is None:
         return False
     return ceiling_of(prior) is None and clipped_floor_of(prior) is None
