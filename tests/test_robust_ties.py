@@ -9,8 +9,16 @@ import numpy as np
 import pytest
 
 from stoppers.robust.cost import TailPandora
+from stoppers.robust.gpd_tail import fit_cell
 from stoppers.robust.target import TailTargetAcceptance
-from stoppers.robust.tracker import BestTies, Levels, TailTracker, is_pile_up, level_ratio
+from stoppers.robust.tracker import (
+    BestTies,
+    Levels,
+    TailTracker,
+    cost_all_tied,
+    is_pile_up,
+    level_ratio,
+)
 
 
 def test_a_pile_up_outnumbers_the_next_lower_value():
@@ -168,8 +176,6 @@ def test_a_lattice_is_fitted_dequantized_and_its_best_judged_within_its_cell():
 
 
 def test_two_repeated_values_are_read_as_two_cells():
-    from stoppers.robust.gpd_tail import fit_cell
-
     assert fit_cell([2.0, 2.0, 2.0, 4.0, 4.0, 4.0]) == 2.0  # both repeat: two rounding cells
     assert fit_cell([2.0, 2.0, 2.0, 4.0, 4.0]) is None  # twice may be a duplicated response
     assert fit_cell([1.0, 1.0, 1.0, 1.0]) is None  # one value: nothing to fit
@@ -207,8 +213,6 @@ def test_cost_mode_waits_longer_on_identical_rewards_when_draws_are_cheap():
     """32 identical rewards at c = 1e-3, 22 more per decade of cost below (a better mode of one
     draw in ten missed with the same posterior odds): 54 at 1e-4. A prompt with a better level
     of 5% (rounded at 2.0, seed 7) is missed by 54 ties in 6% of requests, by 32 in 19%."""
-    from stoppers.robust.tracker import cost_all_tied
-
     assert cost_all_tied(1e-3) == 32 and cost_all_tied(1e-4) == 54 and cost_all_tied(1e-5) == 76
     assert cost_all_tied(1e-2) == 10 and cost_all_tied(1.0) == 1
     for cost, tied in ((1e-3, 32), (1e-4, 54), (1e-2, 16)):  # never before 2 min_samples
