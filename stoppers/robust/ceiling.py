@@ -63,25 +63,33 @@ def _finite(rewards: Any) -> np.ndarray:
 
 @dataclass
 class _ScaleEnd:
-    """The most extreme reward seen on one side and how many requests reached it exactly."""
+    """The most extreme reward seen on one side, how many requests reached it exactly, and how
+    many of those piled up there (:func:`piles_up`, a clip's signature)."""
 
     value: float
     requests: int = 0  # requests whose rewards include ``value`` (each counted once)
+    piled: int = 0  # of ``requests``, those whose rewards pile up at ``value``
 
     SIGN: ClassVar[float]  # +1: the top, -1: the bottom
     NAME: ClassVar[str]  # what the prior calls it
     KEY: ClassVar[str]  # the value's key in to_dict
 
-    def note(self, rewards: Any) -> None:
-        """Learn from one finished request's rewards (any length; non-finite ones ignored)."""
+    def note(self, rewards: Any, step: float | None = None) -> None:
+        """Learn from one finished request's rewards (any length; non-finite ones ignored);
+        ``step``, the deployment's lattice, judges a request on two levels (:func:`piles_up`)."""
         x = _finite(rewards)
         if x.size == 0:
             return
         extreme = float(x.max() if self.SIGN > 0 else x.min())
         if self.SIGN * extreme > self.SIGN * self.value:
-            self.value, self.requests = extreme, 1
+            self.value, self.requests, self.piled = extreme, 1, int(self._piles_up(x, step))
         elif extreme == self.value:
             self.requests += 1
+            self.piled += int(self._piles_up(x, step))
+
+    def _piles_up(self, x: np.ndarray, step: float | None) -> bool:
+        """Do the finite rewards ``x`` pile up at this end (:func:`piles_up` on ``SIGN x``)?"""
+        return piles_up(self.SIGN * x, step)
 
     @property
     def bound(self) -> float | None:
@@ -91,11 +99,14 @@ class _ScaleEnd:
 
     def to_dict(self) -> dict[str, Any]:
         value = self.value if math.isfinite(self.value) else None
-        return {self.KEY: value, "requests": self.requests}
+        return {self.KEY: value, "requests": self.requests, "piled": self.piled}
 
     @classmethod
     def from_dict(cls, data: Any) -> _ScaleEnd:
-        """Restore :meth:`to_dict`; ValueError on anything it could not have written."""
+        """Restore :meth:`to_dict`; ValueError on anything it could not have written. A
+        snapshot from before ``piled`` counts every request that reached the end as piled: the
+        rule an end was established by then (a floor closed the lattice path then too,
+        ``shape_cost._clipless_lattice``)."""
         if data is None:
             return cls()
         if not isinstance(data, dict):
@@ -109,7 +120,10 @@ class _ScaleEnd:
             raise ValueError(f"{cls.NAME}.requests must be an integer >= 0")
         if not math.isfinite(value) and (cls.SIGN * value > 0 or requests):
             raise ValueError(f"{cls.NAME}.{cls.KEY} must be finite once requests reached it")
-        return cls(value=float(value), requests=requests)
+        piled = data.get("piled", requests)
+        if isinstance(piled, bool) or not isinstance(piled, int) or not 0 <= piled <= requests:
+            raise ValueError(f"{cls.NAME}.piled must be an integer in [0, requests]")
+        return cls(value=float(value), requests=requests, piled=piled)
 
 
 @dataclass
@@ -124,42 +138,13 @@ class RewardCeiling(_ScaleEnd):
     step, so that a request on two levels can be judged too."""
 
     value: float = -math.inf
-    piled: int = 0  # of ``requests``, those whose rewards pile up at ``value``
     SIGN: ClassVar[float] = 1.0
     NAME: ClassVar[str] = "ceiling"
     KEY: ClassVar[str] = "top"
 
-    def note(self, rewards: Any, step: float | None = None) -> None:
-        x = _finite(rewards)
-        if x.size == 0:
-            return
-        top = float(x.max())
-        if top > self.value:
-            self.piled = 0
-        if top >= self.value:
-            self.piled += int(piles_up(x, step))
-        super().note(x)
-
     @property
     def bound(self) -> float | None:
         return self.value if self.requests >= CEILING_REQUESTS and self.piled >= 1 else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "piled": self.piled}
-
-    @classmethod
-    def from_dict(cls, data: Any) -> RewardCeiling:
-        """Restore :meth:`to_dict`; a snapshot from before ``piled`` counted every request
-        that reached the top as piled (the rule it was established by)."""
-        end = super().from_dict(data)
-        assert isinstance(end, RewardCeiling)
-        if data is None:
-            return end
-        piled = data.get("piled", end.requests)
-        if isinstance(piled, bool) or not isinstance(piled, int) or not 0 <= piled <= end.requests:
-            raise ValueError(f"{cls.NAME}.piled must be an integer in [0, requests]")
-        end.piled = piled
-        return end
 
 
 def piles_up(rewards: np.ndarray, step: float | None = None) -> bool:
@@ -263,7 +248,6 @@ class RewardFloor(_ScaleEnd):
     """
 
     value: float = math.inf
-    piled: int = 0  # of ``requests``, those whose rewards pile up at ``value`` (a clip)
     counts: list[list[int]] = field(default_factory=list, repr=False)
     g: list[float] = field(default_factory=lambda: _uniform_on_grid().tolist(), repr=False)
     lift_sum: float = 0.0
@@ -273,19 +257,11 @@ class RewardFloor(_ScaleEnd):
     KEY: ClassVar[str] = "bottom"
 
     def note(self, rewards: Any, step: float | None = None) -> None:
-        """Learn from one finished request's rewards; ``step``, the deployment's lattice, judges
-        a request on two levels (:func:`piles_up`, as :meth:`RewardCeiling.note`)."""
         x = _finite(rewards)
         if x.size == 0:
             return
         before = self.value
-        bottom = float(x.min())
-        if bottom <= before:
-            # a pile-up at the bottom is one at the top of -x; rewards all at one value tell a
-            # clip from a level no more than one draw does (a coarse lattice's tied prompts)
-            piled = int(float(x.max()) > bottom and piles_up(-x, step))
-            self.piled = piled if bottom < before else self.piled + piled
-        super().note(x)
+        super().note(x, step)
         if self.value != before:  # a new bottom: what was learned about the old one is moot
             self.counts, self.g = [], _uniform_on_grid().tolist()
             self.lift_sum, self.lift_weight = 0.0, 0.0
@@ -297,6 +273,11 @@ class RewardFloor(_ScaleEnd):
             weight = at_floor / x.size
             self.lift_sum += weight * (1.0 - acceptance(self.value - float(x.max())))
             self.lift_weight += weight
+
+    def _piles_up(self, x: np.ndarray, step: float | None) -> bool:
+        # rewards all at one value tell a clip from a level no more than one draw does (a coarse
+        # lattice's tied prompts); the ceiling counts them, as it was established by before
+        return float(x.max()) > float(x.min()) and super()._piles_up(x, step)
 
     @property
     def clip(self) -> float | None:
@@ -312,7 +293,6 @@ class RewardFloor(_ScaleEnd):
 
     def to_dict(self) -> dict[str, Any]:
         return super().to_dict() | {
-            "piled": self.piled,
             "counts": [list(c) for c in self.counts],
             "g": list(self.g),
             "lift_sum": self.lift_sum,
@@ -347,15 +327,8 @@ class RewardFloor(_ScaleEnd):
             raise ValueError(f"floor.g must hold {P_GRID.size} probabilities")
         if abs(sum(g) - 1.0) > 1e-6:
             raise ValueError("floor.g must sum to 1")
-        # a snapshot from before ``piled`` counts every request at the floor as piled: a floor
-        # closed the lattice path then (shape_cost._clipless_lattice)
-        piled = data.get("piled", floor.requests)
-        valid = isinstance(piled, int) and not isinstance(piled, bool)
-        if not valid or not 0 <= piled <= floor.requests:
-            raise ValueError(f"{cls.NAME}.piled must be an integer in [0, requests]")
         floor.counts, floor.g = [list(c) for c in counts], [float(v) for v in g]
         floor.lift_sum, floor.lift_weight = lift_sum, lift_weight
-        floor.piled = piled
         return floor
 
 
