@@ -354,9 +354,7 @@ class ShapePandora(LearnedShapeCost):
             self._scale_prior = scale_prior(prior.s_counts)
             self._seen: list[float] = []
         # rounded scores: the gain is summed over the lattice's levels (lattice_gain)
-        self._step = (
-            prior.lattice_step() if fitted is not None and _clipless_lattice(prior) else None
-        )
+        self._step = _clipless_lattice(prior) if fitted is not None else None
         self.fitted_shape = fitted
         self.shape = shape
         if shape is None and fitted is None:
@@ -452,19 +450,19 @@ def _continuous_shape(prior: object) -> FittedShape | None:
     lattice without a clip (:func:`_clipless_lattice`), else None."""
     if not isinstance(prior, CostShapePrior) or not np.asarray(prior.s_counts).sum() > 0.0:
         return None
-    if prior.tied_streams() > TIED_MAX and not _clipless_lattice(prior):
+    if prior.tied_streams() > TIED_MAX and _clipless_lattice(prior) is None:
         return None  # checked first: a clipped deployment never asks for a fit
     return prior.fitted_shape()
 
 
-def _clipless_lattice(prior: CostShapePrior) -> bool:
-    """Does the deployment score on a lattice (integer or rounded ratings,
-    :meth:`~stoppers.robust.shape_prior.ShapePrior.lattice_step`) with no ceiling established?
-    Such rewards are a smooth shape rounded, which the likelihood path reads once the shape is
-    fitted dequantized; a clip's point mass is not (the cold start and the ceiling rule decide
-    there). Measured (docs/robust-stopping.md, "Cost mode learns the shape of rounded scores"):
-    rounded at 1.0, 1.008 -> 1.021 of the best fixed N at c = 1e-3; the clipped pools unchanged,
-    where letting them in had cost clipped 1.010 -> 1.000 at 1e-4.
+def _clipless_lattice(prior: CostShapePrior) -> float | None:
+    """The lattice's step where the deployment scores on a lattice (integer or rounded ratings,
+    :meth:`~stoppers.robust.shape_prior.ShapePrior.lattice_step`) with no ceiling established,
+    else None. Such rewards are a smooth shape rounded, which the likelihood path reads once the
+    shape is fitted dequantized; a clip's point mass is not (the cold start and the ceiling rule
+    decide there). Measured (docs/robust-stopping.md, "Cost mode learns the shape of rounded
+    scores"): rounded at 1.0, 1.008 -> 1.021 of the best fixed N at c = 1e-3; the clipped pools
+    unchanged, where letting them in had cost clipped 1.010 -> 1.000 at 1e-4.
 
     A floor closes the path only where a request has piled up at it (``clipped_floor_of``, as
     a ceiling must; since 2026-11-29). The lowest level of a coarse lattice is reached by three
@@ -477,9 +475,10 @@ def _clipless_lattice(prior: CostShapePrior) -> bool:
     -> 0.9978 at 1e-4 (120 prompts; docs/robust-stopping.md, "A floor that piles up is a
     clip"). The floor rule itself ends requests whose rewards all sit at any established
     floor."""
-    if prior.lattice_step() is None:
-        return False
-    return ceiling_of(prior) is None and clipped_floor_of(prior) is None
+    step = prior.lattice_step()
+    if step is None or ceiling_of(prior) is not None or clipped_floor_of(prior) is not None:
+        return None
+    return step
 
 
 def _multimodal_shape(prior: object) -> FittedShape | None:
