@@ -171,3 +171,41 @@ def test_benchmark_margin_grows_as_samples_get_cheaper():
     assert margins[3] == pytest.approx(0.65) and margins[-1] == 1.0
     assert TailPandora(1e-4).kappa_z == pytest.approx(0.65)
     assert TailPandora(1e-4, kappa_z=0.1).kappa_z == 0.1
+
+
+def _judge_stream(rng, n, *, lone_at=None):
+    """A judge's logits: the responses lose to the reference (bulk near -6), and optionally the
+    one at ``lone_at`` wins by far (+3, nine standard deviations above the bulk)."""
+    stream = rng.normal(-6.0, 1.0, n).tolist()
+    if lone_at is not None:
+        stream[lone_at] = 3.0
+    return stream
+
+
+def test_a_lone_best_far_above_the_rest_keeps_the_search_going():
+    # The first response of a far better mode arrives alone: the tail of the others gives it
+    # almost no chance, so the spread above it - and the benchmark - are unknown. The rule took
+    # it for the top and stopped at once (n = 21-33 on these streams before 2026-11-29).
+    rng = np.random.default_rng(3)
+    stops = [
+        run(TailPandora(1e-3, max_samples=200), _judge_stream(rng, 200, lone_at=20)).n
+        for _ in range(20)
+    ]
+    # it goes on until the lone best is about the 1 - alpha quantile by exchangeability; the
+    # cold start reads the bulk's tail as exponential, so a stream whose second best is high
+    # already (3 sd above the bulk) can find the lone one plausible
+    assert sum(n >= 90 for n in stops) >= 18 and max(stops) < 200
+    policy = run(TailPandora(1e-3), _judge_stream(rng, 31, lone_at=30))
+    assert policy.stop_reason is None and policy.expected_gain > 0.01
+
+
+def test_a_best_the_tail_explains_is_not_lone():
+    # On exponential rewards the best is what the others' tail expects: the lone-best test
+    # fires rarely (measured 3-4% at n = 40), so it costs the common case little.
+    rng = np.random.default_rng(4)
+    fired = 0
+    for _ in range(300):
+        policy = TailPandora(1e-3, min_samples=40)
+        run(policy, rng.exponential(1.0, 40))
+        fired += policy._lone_best_tail() is not None
+    assert fired <= 15  # 5% of 300

@@ -329,6 +329,20 @@ class TailTracker:
         sd = math.sqrt(max(self._sum_sq - n * mean * mean, 0.0) / (n - 1))
         return is_pile_up(n - at_top, below, level_ratio(self.step_seen, sd))
 
+    def fit_without_best(self) -> TailFit | None:
+        """The tail fitted to every reward but the best, as :meth:`add` fits them all
+        (continuous rewards: no cells; None: no tail)."""
+        return self._fit(self.sorted[:-1])
+
+    def _fit(self, values: np.ndarray | list[float]) -> TailFit | None:
+        return fit_tail(
+            values,
+            xi0=self.xi0,
+            prior_weight=self.prior_weight,
+            posterior=self.posterior,
+            precision_weighted=self.precision_weighted,
+        )
+
     def add(self, reward: float) -> bool:
         """Insert ``reward``; refit when due. Returns True when the fit was recomputed."""
         values = self.sorted
@@ -357,13 +371,7 @@ class TailTracker:
         x = np.asarray(values)
         if self.step is not None:
             x = dequantize(x, self.step)
-        self.fit = fit_tail(
-            x,
-            xi0=self.xi0,
-            prior_weight=self.prior_weight,
-            posterior=self.posterior,
-            precision_weighted=self.precision_weighted,
-        )
+        self.fit = self._fit(x)
         self._fit_n = n
         self.refits += 1
         return True
