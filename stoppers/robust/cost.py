@@ -146,17 +146,17 @@ class TailPandora(TailPolicy):
 
         Above a lone best the only evidence is exchangeability (the next draw beats it with
         chance 1 / (n + 1)) and the one spacing seen there, the gap: an exponential tail of
-        that scale above the best. Rounded rewards are left to their cells (their gaps are
-        levels).
+        that scale above the best. On a lattice a best one level above the rest is the
+        rounding's gap and is left to the cells; a wider gap is tested on the dequantized
+        rewards (AlpacaEval's duplicated logits make a fine "lattice" of steps 0.016-0.06, and
+        skipping every lattice left 9 of its lone bests to end the search).
         """
         tracker = self._tracker
-        if tracker.step is not None:
-            return None
         values = tracker.sorted
         n, best = len(values), values[-1]
         gap = best - values[-2]
-        if gap <= 0.0:
-            return None
+        if gap <= 0.0 or (tracker.step is not None and gap <= 1.5 * tracker.step):
+            return None  # on a lattice the next level up is the rounding's gap, not a mode's
         rest = tracker.fit_without_best()
         if rest is None:
             return None

@@ -330,9 +330,10 @@ class TailTracker:
         return is_pile_up(n - at_top, below, level_ratio(self.step_seen, sd))
 
     def fit_without_best(self) -> TailFit | None:
-        """The tail fitted to every reward but the best, as :meth:`add` fits them all
-        (continuous rewards: no cells; None: no tail)."""
-        return self._fit(self.sorted[:-1])
+        """The tail fitted to every reward but the best, as the last fit read them (on the
+        lattice of :attr:`step`, if any; None: no tail)."""
+        x = np.asarray(self.sorted[:-1])
+        return self._fit(x if self.step is None else dequantize(x, self.step))
 
     def _fit(self, values: np.ndarray | list[float]) -> TailFit | None:
         return fit_tail(
