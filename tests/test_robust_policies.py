@@ -209,3 +209,20 @@ def test_a_best_the_tail_explains_is_not_lone():
         run(policy, rng.exponential(1.0, 40))
         fired += policy._lone_best_tail() is not None
     assert fired <= 15  # 5% of 300
+
+
+def test_on_a_lattice_only_a_gap_wider_than_one_level_can_be_lone():
+    # Integer scores: a best one level above the rest is the rounding's gap, not a new mode.
+    rng = np.random.default_rng(5)
+    policy = TailPandora(1e-3, min_samples=60)
+    run(policy, np.round(rng.normal(0.0, 1.0, 59)).tolist() + [3.0])
+    tracker = policy._tracker
+    assert tracker.step == 1.0 and tracker.sorted[-2] == 2.0
+    assert policy._lone_best_tail() is None
+    # A judge's logits: a pile at the floor clip and a duplicated response make the tracker
+    # read a fine lattice, but a best 8 logits above the rest is still tested, and lone.
+    stream = [-9.21] * 6 + [-6.44] * 2 + rng.normal(-6.0, 1.0, 26).tolist() + [2.0]
+    policy = TailPandora(1e-3, min_samples=40)
+    run(policy, stream)
+    assert policy._tracker.step is not None and policy.stop_reason is None
+    assert policy._lone_best_tail() is not None
