@@ -215,7 +215,7 @@ def test_on_a_lattice_only_a_gap_wider_than_one_level_can_be_lone():
     # Integer scores: a best one level above the rest is the rounding's gap, not a new mode.
     rng = np.random.default_rng(5)
     policy = TailPandora(1e-3, min_samples=60)
-    run(policy, np.round(rng.normal(0.0, 1.0, 59)).tolist() + [3.0])
+    run(policy, [*np.round(rng.normal(0.0, 1.0, 59)).tolist(), 3.0])
     tracker = policy._tracker
     assert tracker.step == 1.0 and tracker.sorted[-2] == 2.0
     assert policy._lone_best_tail() is None
