@@ -148,7 +148,7 @@ class TailPandora(TailPolicy):
         chance 1 / (n + 1)) and the one spacing seen there, the gap: an exponential tail of
         that scale above the best. On a lattice a best one level above the rest is the
         rounding's gap and is left to the cells; a wider gap is tested on the dequantized
-        rewards (AlpacaEval's duplicated logits make a fine "lattice" of steps 0.016-0.06, and
+        rewards (AlpacaEval's duplicated logits make a fine "lattice" of steps 0.004-0.06, and
         skipping every lattice left 9 of its lone bests to end the search).
         """
         tracker = self._tracker
