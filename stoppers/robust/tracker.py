@@ -332,12 +332,15 @@ class TailTracker:
     def fit_without_best(self) -> TailFit | None:
         """The tail fitted to every reward but the best, as the last fit read them (on the
         lattice of :attr:`step`, if any; None: no tail)."""
-        x = np.asarray(self.sorted[:-1])
-        return self._fit(x if self.step is None else dequantize(x, self.step))
+        return self._fit(self.sorted[:-1])
 
-    def _fit(self, values: np.ndarray | list[float]) -> TailFit | None:
+    def _fit(self, values: list[float]) -> TailFit | None:
+        """:func:`fit_tail` of ascending ``values``, on the lattice of :attr:`step` if any."""
+        x = np.asarray(values)
+        if self.step is not None:
+            x = dequantize(x, self.step)
         return fit_tail(
-            values,
+            x,
             xi0=self.xi0,
             prior_weight=self.prior_weight,
             posterior=self.posterior,
@@ -369,10 +372,7 @@ class TailTracker:
             return False
         values = self.sorted[:-1] if self.leave_out_best else self.sorted
         self.step = self._cell_of(self.sorted)
-        x = np.asarray(values)
-        if self.step is not None:
-            x = dequantize(x, self.step)
-        self.fit = self._fit(x)
+        self.fit = self._fit(values)
         self._fit_n = n
         self.refits += 1
         return True
