@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from stoppers.replay.synth import FAMILIES, SynthSpec, generate
+from stoppers.replay.synth import FAMILIES, HELD_OUT_2, SynthSpec, generate
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -97,3 +99,45 @@ def test_mixed_continuous_draws_every_continuous_family_and_no_ties() -> None:
     mixed = generate(SynthSpec(family="mixed", prompts=200, samples=2, seed=0))
     assert set(out["family"]) == set(mixed["family"]) - {"clipped"}  # the other six
     assert all(np.unique(row).size == row.size for row in out["rewards"])  # a continuum
+
+
+def _standard_row(family: str, samples: int = 100_000) -> np.ndarray:
+    spec = SynthSpec(family=family, prompts=1, samples=samples, seed=3, loc_spread=0.0)
+    out = generate(replace(spec, scale_spread=0.0))
+    return out["rewards"][0]
+
+
+@pytest.mark.parametrize(
+    ("family", "end"),
+    [("uniform", 3**0.5), ("reflected-exponential", 1.0), ("reflected-gamma", 2**0.5)],
+)
+def test_bounded_families_end_where_they_say(family: str, end: float) -> None:
+    z = _standard_row(family)
+    assert abs(z.mean()) < 0.02 and abs(z.std() - 1.0) < 0.02
+    assert z.max() <= end + 1e-12
+    assert z.max() > end - 0.01  # the end is reached: mass right up to it
+
+
+def test_pareto_has_a_power_law_tail_and_rare_mode_a_far_cluster() -> None:
+    z = _standard_row("pareto", 400_000)
+    assert abs(z.std() - 1.0) < 0.05
+    q = np.quantile(z - z.min(), [0.99, 0.999])
+    # GPD(xi = 0.3): (0.001^-0.3 - 1) / (0.01^-0.3 - 1) = 2.33; an exponential tail gives 1.5
+    assert 2.1 < q[1] / q[0] < 2.6
+    rare = generate(SynthSpec(family="rare-mode", prompts=50, samples=2000, seed=4))
+    z = (rare["rewards"] - rare["loc"][:, None]) / rare["scale"][:, None]
+    far = (z > 3.0).mean(axis=1)  # the better mode sits ~4.5 standardised units up
+    assert 0.005 < np.median(far) < 0.06 and far.min() > 0.0
+
+
+def test_held_out_families_leave_earlier_pools_unchanged() -> None:
+    """Adding families must not move an earlier pool: these sums and values are what the code
+    before the 2026-11-29 families drew for the same specs."""
+    for family, total, row in (
+        ("mixed", -513.5529883895981, (-0.43471022, -0.68274865, 1.54350247)),
+        ("mixed-continuous", -453.19470130291035, (-1.85170905, -0.99446984, -1.38620879)),
+    ):
+        out = generate(SynthSpec(family=family, prompts=30, samples=50, seed=11))
+        assert out["rewards"].sum() == pytest.approx(total, abs=1e-9)
+        np.testing.assert_allclose(out["rewards"][3, :3], row, atol=1e-8)
+        assert not set(HELD_OUT_2) & set(out["family"].tolist())

@@ -34,6 +34,22 @@ are not among ``mixed``'s choices, so every earlier pool reproduces from its see
   (integer judge ratings: ``--resolution 1.0`` is one level per unit of the median scale).
   Not among ``mixed``'s choices.
 
+Held out on 2026-11-29 (``HELD_OUT_2``), built to find the shapes the cost default had not met;
+none is among ``mixed``'s choices:
+
+* ``uniform`` — flat up to a hard upper end (GPD shape xi = -1);
+* ``reflected-exponential`` — 1 - Exp(1): a hard upper end where the density is highest (a
+  reward model that saturates);
+* ``reflected-gamma`` — k - Gamma(k = 2), scaled: a hard upper end the density falls to
+  linearly (xi = -1/2);
+* ``sigmoid`` — a probability, sigmoid(N(1, 1.5^2)) (a classifier's "good answer" score);
+* ``laplace`` — symmetric, exponential tails with a sharp peak;
+* ``weibull`` — Weibull with shape 2 (a tail lighter than the normal's in its body);
+* ``pareto`` — generalised Pareto with xi = 0.3 (a power-law tail from the bulk on);
+* ``three-mode`` — a bulk N(0, 1), 20% at +1.5 and 5% at +4 (both sd 0.5);
+* ``rare-mode`` — a bulk N(0, 1) and, with a per-prompt weight in [0.01, 0.05], a mode 5
+  higher with sd 0.7 (AlpacaEval-like: one response in 20-100 far above the rest).
+
 The result is reproducible from ``seed`` alone (numpy ``default_rng``).
 """
 
@@ -44,7 +60,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["FAMILIES", "SynthSpec", "generate"]
+__all__ = ["FAMILIES", "HELD_OUT_2", "SynthSpec", "generate"]
 
 _BASE_FAMILIES = (
     "normal",
@@ -56,12 +72,32 @@ _BASE_FAMILIES = (
     "clipped",
 )
 _HELD_OUT_FAMILIES = ("lognormal", "logistic")  # not in "mixed": earlier pools reproduce
+HELD_OUT_2 = (
+    "uniform",
+    "reflected-exponential",
+    "reflected-gamma",
+    "sigmoid",
+    "laplace",
+    "weibull",
+    "pareto",
+    "three-mode",
+    "rare-mode",
+)
 _CONTINUOUS_FAMILIES = tuple(f for f in _BASE_FAMILIES if f != "clipped")
-FAMILIES = (*_BASE_FAMILIES, "mixed", *_HELD_OUT_FAMILIES, "mixed-continuous", "rounded")
+FAMILIES = (
+    *_BASE_FAMILIES,
+    "mixed",
+    *_HELD_OUT_FAMILIES,
+    "mixed-continuous",
+    "rounded",
+    *HELD_OUT_2,
+)
 
 _SKEW_SHAPE = 4.0
 _T_DF = 3.0
 _LOGNORMAL_SIGMA = 0.5
+_GAMMA_K = 2.0
+_PARETO_XI = 0.3
 
 
 @dataclass(frozen=True)
@@ -156,6 +192,8 @@ def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         return (rng.lognormal(0.0, _LOGNORMAL_SIGMA, size) - mean) / sd
     if family == "logistic":
         return rng.logistic(0.0, 1.0, size) / (math.pi / math.sqrt(3.0))
+    if family in HELD_OUT_2:
+        return _held_out_draws(family, size, rng)
     if family == "mixture":
         weight = rng.uniform(0.1, 0.4)
         good = rng.random(size) < weight
@@ -164,6 +202,52 @@ def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         var = weight * (0.25 + 2.5**2) + (1 - weight) * 1.0 - mean**2
         return (raw - mean) / math.sqrt(var)
     raise ValueError(f"unknown family {family!r}")
+
+
+def _held_out_draws(family: str, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` standardised draws from one of the :data:`HELD_OUT_2` families."""
+    if family == "uniform":
+        return (rng.random(size) - 0.5) * math.sqrt(12.0)
+    if family == "reflected-exponential":
+        return 1.0 - rng.exponential(1.0, size)
+    if family == "reflected-gamma":
+        return (_GAMMA_K - rng.gamma(_GAMMA_K, 1.0, size)) / math.sqrt(_GAMMA_K)
+    if family == "sigmoid":
+        p = 1.0 / (1.0 + np.exp(-rng.normal(1.0, 1.5, size)))
+        return (p - p.mean()) / p.std()  # the shape's moments have no closed form
+    if family == "laplace":
+        return rng.laplace(0.0, 1.0, size) / math.sqrt(2.0)
+    if family == "weibull":
+        raw = rng.weibull(2.0, size)
+        mean = math.gamma(1.5)
+        return (raw - mean) / math.sqrt(1.0 - mean**2)
+    if family == "pareto":
+        xi = _PARETO_XI  # GPD(1, xi): mean 1 / (1 - xi), variance 1 / ((1 - xi)^2 (1 - 2 xi))
+        raw = np.expm1(-xi * np.log(rng.random(size))) / xi
+        return (raw - 1.0 / (1.0 - xi)) * (1.0 - xi) * math.sqrt(1.0 - 2.0 * xi)
+    if family == "three-mode":
+        u = rng.random(size)
+        raw = np.where(
+            u < 0.05,
+            rng.normal(4.0, 0.5, size),
+            np.where(u < 0.25, rng.normal(1.5, 0.5, size), rng.standard_normal(size)),
+        )
+        return _standardise_mixture(raw, ((0.75, 0.0, 1.0), (0.2, 1.5, 0.5), (0.05, 4.0, 0.5)))
+    if family == "rare-mode":
+        weight = rng.uniform(0.01, 0.05)
+        good = rng.random(size) < weight
+        raw = np.where(good, rng.normal(5.0, 0.7, size), rng.standard_normal(size))
+        return _standardise_mixture(raw, ((1.0 - weight, 0.0, 1.0), (weight, 5.0, 0.7)))
+    raise ValueError(f"unknown family {family!r}")
+
+
+def _standardise_mixture(
+    raw: np.ndarray, parts: tuple[tuple[float, float, float], ...]
+) -> np.ndarray:
+    """``raw`` standardised by the mean and sd of the normal mixture ``parts``: (w, mean, sd)."""
+    mean = sum(w * m for w, m, _ in parts)
+    second = sum(w * (s * s + m * m) for w, m, s in parts)
+    return (raw - mean) / math.sqrt(second - mean * mean)
 
 
 def _clip_and_round(row: np.ndarray, bound: float, resolution: float) -> np.ndarray:
