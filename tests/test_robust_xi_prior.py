@@ -12,7 +12,7 @@ from scipy import stats
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust import TailPandora
 from stoppers.robust.cost_prior import CostShapePrior
-from stoppers.robust.gpd_tail import fit_tail, tail_exceedances
+from stoppers.robust.gpd_tail import fit_tail, posterior_sigma, tail_exceedances
 from stoppers.robust.pooled_target import COLD_START, PooledTargetAcceptance
 from stoppers.robust.shape_cost import ShapePandora
 from stoppers.robust.shape_prior import ShapePrior
@@ -111,7 +111,9 @@ def test_margin_share_is_the_posterior_mass_of_open_tails():
     bounded = _learn(XiPrior(), _bounded, 30, seed=0)
     heavy = _learn(XiPrior(), _heavy, 30, seed=1)
     y = _exceedances(np.random.default_rng(5).normal(size=40))
-    assert bounded.margin_share(y) < 0.2 and heavy.margin_share(y) > 0.9
+    # 0.236 here since the likelihood integrates each bounded xi on its own sigma grid
+    # (2026-11-29; 0.2 was the bar before it): most of the margins go, not all
+    assert bounded.margin_share(y) < 0.25 and heavy.margin_share(y) > 0.9
     post = np.asarray(bounded.g) * np.exp(xi_log_likelihood(y))
     post /= post.sum()
     assert bounded.margin_share(y) == pytest.approx(post[XI_GRID >= BOUNDED_XI].sum(), abs=1e-12)
@@ -194,10 +196,14 @@ def test_hostile_snapshots_are_refused(change):
 
 def test_fit_tail_takes_the_posterior_shape_when_given():
     values = np.sort(np.random.default_rng(1).normal(size=50))
-    fit = fit_tail(values, posterior=lambda y: (-0.3, 0.4))
+    fit = fit_tail(values, posterior=lambda y: (0.2, 0.4))
     top = values[-fit.k :] - fit.u
-    assert fit.xi == -0.3 and fit.sigma == pytest.approx(top.mean() * 1.3)
+    # an open tail: sigma matches the mean exceedance, sigma / (1 - xi)
+    assert fit.xi == 0.2 and fit.sigma == pytest.approx(top.mean() * 0.8)
     assert fit.margin_share == 0.4
+    bounded = fit_tail(values, posterior=lambda y: (-0.3, 0.4))
+    # a bounded one: sigma's posterior mean given xi, which reads where the tail ends
+    assert bounded.xi == -0.3 and bounded.sigma == pytest.approx(posterior_sigma(top, -0.3))
 
 
 def _mixture_rows(prompts: int, seed: int) -> np.ndarray:
@@ -314,3 +320,55 @@ def test_target_cold_start_reads_the_deployments_tail_shapes():
             assert np.median(shares) < 0.6 and learned < 0.9 * fixed
         else:
             assert np.median(shares) > 0.9 and learned > 0.9 * fixed
+
+
+def _end_of_fit(y: np.ndarray, xi: float, sigma: float) -> float:
+    return -sigma / xi  # a bounded GPD's end, relative to the threshold
+
+
+def test_a_bounded_tails_sigma_reads_where_the_rewards_end():
+    """Uniform exceedances (xi = -1, end 1): the posterior mean of sigma places the end from
+    the largest exceedance, the mean-exceedance match from their average - far noisier."""
+    rng = np.random.default_rng(11)
+    post, moment = [], []
+    for _ in range(400):
+        y = np.sort(rng.uniform(size=15))
+        post.append(_end_of_fit(y, -0.9, posterior_sigma(y, -0.9)) - 1.0)
+        moment.append(_end_of_fit(y, -0.9, y.mean() * 1.9) - 1.0)
+    rmse = [float(np.sqrt(np.mean(np.square(e)))) for e in (post, moment)]
+    assert rmse[0] < 0.5 * rmse[1]
+
+
+def test_an_open_tail_misread_as_bounded_keeps_its_reach():
+    """Exponential exceedances fitted with xi = -0.5: the posterior mean keeps the spread of
+    sigma, so the tail's 0.95-quantile is not cut short (the mean's match cuts it by ~0.67)."""
+    rng = np.random.default_rng(12)
+
+    def q95(sigma: float, xi: float) -> float:
+        return sigma * (0.05**-xi - 1.0) / xi
+
+    post, moment = [], []
+    for _ in range(400):
+        y = np.sort(rng.exponential(size=15))
+        post.append(q95(posterior_sigma(y, -0.5), -0.5) - np.log(20.0))
+        moment.append(q95(y.mean() * 1.5, -0.5) - np.log(20.0))
+    assert np.mean(post) > -0.05 and np.mean(moment) < -0.5
+
+
+def test_uniform_exceedances_reach_the_grids_end():
+    """The grid goes down to xi = -1 and each bounded xi integrates sigma from its support's
+    edge: averaged over samples, uniform exceedances favour their own -1 (the grid used to end
+    at -0.9)."""
+    rng = np.random.default_rng(13)
+    mean_lik = np.mean([np.exp(xi_log_likelihood(rng.uniform(size=15))) for _ in range(300)], 0)
+    assert XI_GRID[0] == -1.0 and XI_GRID[np.argmax(mean_lik)] == -1.0
+
+
+def test_a_snapshot_on_the_old_grid_restarts():
+    """A prior saved on the grid -0.9 .. 0.8 (18 points) has rows integrated another way:
+    it restores as a fresh prior, which re-learns within MIN_REQUESTS requests."""
+    old = {"rows": [[0.0] * 18], "g": [1.0 / 18] * 18, "requests": 1}
+    restored = XiPrior.from_dict(old)
+    assert restored.requests == 0 and len(restored.g) == XI_GRID.size
+    with pytest.raises(ValueError):
+        XiPrior.from_dict({"rows": [], "g": [0.5, 0.5], "requests": 0})

@@ -24,7 +24,7 @@ warrants (:meth:`XiPrior.margin_share`, from the second learned request on): its
 a tail that does not end soon (xi >= ``BOUNDED_XI``).
 
 Plain dataclass, JSON-safe (:meth:`XiPrior.to_dict` / :meth:`XiPrior.from_dict`); bounded: the
-likelihood rows of the last ``MAX_ROWS`` requests (18 numbers each).
+likelihood rows of the last ``MAX_ROWS`` requests (19 numbers each).
 """
 
 from __future__ import annotations
@@ -35,15 +35,18 @@ from typing import Any
 
 import numpy as np
 
-from stoppers.robust.gpd_tail import dequantize, lattice_step, tail_exceedances
+from stoppers.robust.gpd_tail import (
+    dequantize,
+    lattice_step,
+    sigma_log_likelihood,
+    tail_exceedances,
+)
 from stoppers.robust.npmle import npmle_em
 
 __all__ = ["XI_GRID", "XiPrior", "xi_log_likelihood"]
 
-XI_GRID = np.round(np.arange(-0.9, 0.81, 0.1), 10)  # the support of g (fit_tail keeps [-1, 0.9])
-_LOG_SIGMA = np.linspace(-2.5, 1.5, 17)  # log(sigma / mean exceedance): the nuisance grid
-_NONZERO = XI_GRID != 0.0
-_XI_NONZERO = XI_GRID[_NONZERO]
+# the support of g: fit_tail's range [-1, 0.9] (-1: rewards that end abruptly, uniform-like)
+XI_GRID = np.round(np.arange(-1.0, 0.81, 0.1), 10) + 0.0  # + 0.0: no -0.0
 BASE_SD = 0.18  # the base measure: N(0, 0.18^2) on XI_GRID, the unlearned default's spread
 BASE_WEIGHT = 2.0  # requests' worth of the base measure mixed into every EM step
 MIN_REQUESTS = 8  # requests learned before g replaces the fixed shrinkage
@@ -76,37 +79,29 @@ MAX_ROWS = 256  # likelihood rows kept (newest)
 EM_STEPS = 25  # EM iterations per update, warm-started from the previous g
 ROW_DECIMALS = 4  # rows are stored rounded so that a JSON round trip is exact
 ROW_FLOOR = -50.0  # log-likelihoods below this are stored as it (JSON has no -inf)
+_OLD_GRID_SIZE = 18  # XI_GRID's size until 2026-11-29 (-0.9 .. 0.8): such snapshots restart
 
 
 def xi_log_likelihood(exceedances: np.ndarray) -> np.ndarray:
     """log p(y | xi) on :data:`XI_GRID`, sigma integrated out (flat in log sigma), max 0
     (floored at ``ROW_FLOOR``: an xi whose support cannot hold y).
 
-    ``exceedances``: positive GPD exceedances y (any order). The sigma grid spans
-    e^-2.5 .. e^1.5 times their mean, which holds the likelihood's mass for every xi on the
-    grid (the GPD mean exceedance is sigma / (1 - xi)).
+    ``exceedances``: positive GPD exceedances y (any order). Each xi integrates over its own
+    sigma grid (:func:`~stoppers.robust.gpd_tail.sigma_log_likelihood`): a bounded xi's starts
+    where its end passes the largest exceedance. Until 2026-11-29 one grid of e^-2.5 .. e^1.5
+    mean exceedances served every xi; its steps of 0.25 in log sigma missed the narrow peak a
+    bounded tail's likelihood has at that edge (sigma^-k at xi = -1), so uniform exceedances
+    favoured xi = -0.8 over their own -1, and the grid stopped at -0.9.
     """
-    y = np.asarray(exceedances, dtype=np.float64)
-    sigma = float(y.mean()) * np.exp(_LOG_SIGMA)
-    r = y[None, :] / sigma[:, None]  # (sigmas, k)
-    # sum_k log f(y_k) = -k log sigma - (1 + 1/xi) sum_k log(1 + xi r_k)  (xi != 0)
-    #                  = -k log sigma - sum_k r_k                          (xi = 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_z = np.log1p(_XI_NONZERO[:, None, None] * r[None, :, :])  # nan off the support
-        inside = 1.0 + _XI_NONZERO[:, None] * r.max(axis=1)[None, :] > 0.0  # (xi, sigma)
-        tail = np.empty((XI_GRID.size, sigma.size))
-        tail[_NONZERO] = np.where(
-            inside, (1.0 + 1.0 / _XI_NONZERO)[:, None] * log_z.sum(axis=2), np.inf
-        )
-        tail[~_NONZERO] = r.sum(axis=1)
-    log_lik = -y.size * np.log(sigma)[None, :] - tail
-    out = _log_sum_exp_rows(log_lik)
+    log_sigma, log_lik = sigma_log_likelihood(exceedances, XI_GRID)
+    weight = np.log(np.gradient(log_sigma, axis=1))  # the integral's steps in log sigma
+    out = _log_sum_exp_rows(log_lik + weight)
     return np.maximum(out - out.max(), ROW_FLOOR)
 
 
 def _log_sum_exp_rows(x: np.ndarray) -> np.ndarray:
     """log sum_j exp(x_ij) per row (-inf for a row of -inf). scipy.special.logsumexp gives the
-    same to 1e-15 but costs ~8x as much on these 18 x 17 arrays, and this runs on every refit of
+    same to 1e-15 but costs ~8x as much on these 19 x 45 arrays, and this runs on every refit of
     a request's tail."""
     top = x.max(axis=1)
     top = np.where(np.isfinite(top), top, 0.0)
@@ -225,6 +220,10 @@ class XiPrior:
             return cls()
         if not isinstance(data, dict):
             raise ValueError("the xi prior must be an object")
+        if len(data.get("g", ())) == _OLD_GRID_SIZE:
+            # saved on the grid -0.9 .. 0.8 (before 2026-11-29): its rows integrate sigma on
+            # another grid, so they are not comparable; a fresh prior re-learns in MIN_REQUESTS
+            return cls()
         requests = data.get("requests", 0)
         if not isinstance(requests, int) or isinstance(requests, bool):
             raise ValueError("requests must be an int")
