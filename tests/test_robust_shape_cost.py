@@ -10,7 +10,7 @@ import pytest
 
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.cost_prior import CostShapePrior, cost_shape_prior
-from stoppers.robust.shape_cost import CostShape, ShapePandora
+from stoppers.robust.shape_cost import CostShape, ShapePandora, tail_excess
 from stoppers.robust.stop_table import Z_BINS, Z_HI, Z_LO
 from tests.learned_priors import moments, normal_prior, run
 
@@ -138,3 +138,35 @@ def test_policy_keeps_to_its_cold_start_when_prompts_do_not_share_a_shape():
     prior.tail_hits_sq *= 10.0  # the same counts, far more spread across requests
     assert prior.dispersion > 1.6
     assert not moments(1e-3, prior=prior).warm
+
+
+def _learned(family: str, requests: int, seed: int) -> CostShapePrior:
+    """A cost prior taught by ``requests`` requests of 30-150 rewards of a synth family."""
+    from stoppers.replay.synth import SynthSpec, generate
+
+    rows = generate(SynthSpec(family=family, prompts=requests, samples=150, seed=seed))["rewards"]
+    rng = np.random.default_rng(seed)
+    prior = cost_shape_prior()
+    for row in rows:
+        prior.update(row[: int(rng.integers(30, 151))].tolist())
+    return prior
+
+
+def test_a_smeared_upper_end_sends_the_trusted_shape_to_the_likelihood_path():
+    """Rewards with a hard upper end: the recorded shape (draws standardised by running
+    moments) grows a tail past the end that the streams' maxima refute, so the moment path
+    steps aside; on normal rewards the streams' maxima agree with it and it stays."""
+    ended = _learned("reflected-exponential", 60, seed=1)
+    normal = _learned("normal", 60, seed=1)
+    for prior, refuted in ((ended, True), (normal, False)):
+        shape = CostShape.from_prior(prior, 0.99)
+        assert tail_excess(prior, shape) is refuted
+        policy = ShapePandora(1e-3, max_samples=960, prior=prior)
+        assert policy.warm
+        assert (policy.shape is None) is refuted  # refuted: the fitted shape decides
+        assert (policy.fitted_shape is not None) is refuted
+    # the statistic itself: about one draw's worth of mass above each normal stream's maximum
+    n, z_max = normal.stream_maxima()
+    shape = CostShape.from_prior(normal, 0.99)
+    above = [shape.p[shape.z > z].sum() for z in z_max]
+    assert 0.6 < float(np.mean(n * np.asarray(above))) < 1.4
