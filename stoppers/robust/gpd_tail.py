@@ -255,7 +255,7 @@ def posterior_sigma(exceedances: np.ndarray, xi: float) -> float:
     Rewards that end abruptly (uniform, a saturating reward model: xi -> -1) have a largest
     exceedance within a k-th of the end; the mean places the end with a spread of about
     1 / sqrt(3k) of the tail's width, and the fit's kappa_hat lay above every reward the prompt
-    can give often enough to keep the search going (`pandora synth --family uniform`: 88 rewards
+    can give often enough to keep the search going (`pandora synth --family uniform`: 83 rewards
     per request at c = 1e-3 where the best fixed N is 42). The posterior mean reads the end from
     the largest exceedance, and - unlike the likelihood's maximum, which puts the end right at it
     - keeps the spread of sigma that a shape misread as bounded needs: on exponential
