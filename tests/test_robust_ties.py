@@ -138,8 +138,9 @@ def test_integer_scores_are_not_taken_for_a_clip(make):
     ids=["target", "cost"],
 )
 def test_a_clip_above_continuous_rewards_still_stops_early(make):
-    """N(0, 1) clipped at 0.5 (31% of the draws at the clip): the ties pile up there (target mode
-    may stop on its own rule first)."""
+    """N(0, 1) clipped at 0.5 (31% of the draws at the clip): the ties pile up there (either mode
+    may stop on its own rule first: cost mode's bounded fit ends the search at the clip in 3 of
+    these 100 streams since 2026-11-29, at n = 8-9)."""
     stops = []
     for seed in range(100):
         stream = np.minimum(np.random.default_rng(seed).standard_normal(200), 0.5)
@@ -147,9 +148,10 @@ def test_a_clip_above_continuous_rewards_still_stops_early(make):
         for reward in stream.tolist():
             if policy.observe(reward):
                 break
-        stops.append((policy.n, policy.stop_reason))
-    assert {reason for _, reason in stops} <= {"tied", "target"}  # never the budget
-    assert np.median([n for n, _ in stops]) <= 20
+        stops.append((policy.n, policy.stop_reason, policy.best))
+    assert {reason for _, reason, _ in stops} <= {"tied", "target", "threshold"}  # never the budget
+    assert all(best == 0.5 for _, reason, best in stops if reason == "threshold")  # at the clip
+    assert np.median([n for n, _, _ in stops]) <= 20
 
 
 def test_a_lattice_is_fitted_dequantized_and_its_best_judged_within_its_cell():

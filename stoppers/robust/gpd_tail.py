@@ -249,24 +249,30 @@ def sigma_log_likelihood(y: np.ndarray, xi: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def posterior_sigma(exceedances: np.ndarray, xi: float) -> float:
-    """The posterior mean of sigma given the shape ``xi`` (flat prior in log sigma).
+    """sigma given the shape ``xi``, from its posterior (flat in log sigma): 1 / E[1 / sigma].
 
     Why, for a bounded tail: matching the mean exceedance ignores where the exceedances stop.
     Rewards that end abruptly (uniform, a saturating reward model: xi -> -1) have a largest
     exceedance within a k-th of the end; the mean places the end with a spread of about
     1 / sqrt(3k) of the tail's width, and the fit's kappa_hat lay above every reward the prompt
     can give often enough to keep the search going (`pandora synth --family uniform`: 83 rewards
-    per request at c = 1e-3 where the best fixed N is 42). The posterior mean reads the end from
-    the largest exceedance, and - unlike the likelihood's maximum, which puts the end right at it
-    - keeps the spread of sigma that a shape misread as bounded needs: on exponential
-    exceedances fitted with xi = -0.5 its 0.95-quantile errs by +0.12 where the maximum errs
-    by -0.13 and the mean's match by -0.67 (k = 15; docs/robust-stopping.md, "Rewards that end
-    abruptly").
+    per request at c = 1e-3 where the best fixed N is 42). The posterior reads the end from the
+    largest exceedance and, unlike the likelihood's maximum (which puts the end right at it),
+    keeps sigma's spread, which a shape misread as bounded needs: on exponential exceedances
+    fitted with xi = -0.5 (k = 15) the tail's 0.95-quantile errs by +0.05, by -0.13 at the
+    maximum and by -0.69 with the mean's match.
+
+    Why the inverse of the mean inverse (the posterior mean of the rate 1 / sigma): at xi = 0
+    it *is* the mean-exceedance match, sum(y) / k, so the fit does not jump where xi changes
+    sign, and at xi = -1 it puts the end at (k + 1) / k times the largest exceedance, the
+    uniform's unbiased end. The posterior mean of sigma, sum(y) / (k - 1) at xi = 0, doubled
+    sigma at k = 2 and sent every request of a small budget to it (docs/robust-stopping.md,
+    "Rewards that end abruptly").
     """
     log_sigma, log_lik = sigma_log_likelihood(exceedances, np.array([xi]))
     log_sigma, log_lik = log_sigma[0], log_lik[0]
     weight = np.gradient(log_sigma) * np.exp(log_lik - log_lik.max())
-    return float(weight @ np.exp(log_sigma) / weight.sum())
+    return float(weight.sum() / (weight @ np.exp(-log_sigma)))
 
 
 def shape_weight(k: int, xi: float) -> float:
@@ -373,7 +379,7 @@ def fit_tail(
     The shape estimate is shrunk to ``xi0``: ``xi = (k xi_zs + w xi0) / (k + w)``. For an open
     tail (xi >= 0) sigma is re-solved so that the fitted mean exceedance ``sigma / (1 - xi)``
     equals the observed one (the mean is the best-determined statistic of a small sample). For
-    a bounded one it is sigma's posterior mean given xi (:func:`posterior_sigma`), which reads
+    a bounded one it comes from sigma's posterior given xi (:func:`posterior_sigma`), which reads
     the end of the tail from the largest exceedance as well. xi is kept in [-1, 0.9] so that
     the mean exceedance exists. ``posterior(exceedances)``, when given, returns (xi or
     None, margin share) from a deployment's learned distribution of xi
