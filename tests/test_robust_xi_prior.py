@@ -370,5 +370,6 @@ def test_a_snapshot_on_the_old_grid_restarts():
     old = {"rows": [[0.0] * 18], "g": [1.0 / 18] * 18, "requests": 1}
     restored = XiPrior.from_dict(old)
     assert restored.requests == 0 and len(restored.g) == XI_GRID.size
-    with pytest.raises(ValueError):
-        XiPrior.from_dict({"rows": [], "g": [0.5, 0.5], "requests": 0})
+    for bad in ([0.5, 0.5], 7, "g"):  # any other size or type is refused, as before
+        with pytest.raises(ValueError):
+            XiPrior.from_dict({"rows": [], "g": bad, "requests": 0})

@@ -90,8 +90,9 @@ def xi_log_likelihood(exceedances: np.ndarray) -> np.ndarray:
     sigma grid (:func:`~stoppers.robust.gpd_tail.sigma_log_likelihood`): a bounded xi's starts
     where its end passes the largest exceedance. Until 2026-11-29 one grid of e^-2.5 .. e^1.5
     mean exceedances served every xi; its steps of 0.25 in log sigma missed the narrow peak a
-    bounded tail's likelihood has at that edge (sigma^-k at xi = -1), so uniform exceedances
-    favoured xi = -0.8 over their own -1, and the grid stopped at -0.9.
+    bounded tail's likelihood has at that edge (sigma^-k at xi = -1), and the grid stopped at
+    -0.9: a deployment of uniform rewards learned g at -0.9 and -0.8, and its requests' shape
+    (posterior mean plus one sd) came out near -0.8.
     """
     log_sigma, log_lik = sigma_log_likelihood(exceedances, XI_GRID)
     weight = np.log(np.gradient(log_sigma, axis=1))  # the integral's steps in log sigma
@@ -220,7 +221,8 @@ class XiPrior:
             return cls()
         if not isinstance(data, dict):
             raise ValueError("the xi prior must be an object")
-        if len(data.get("g", ())) == _OLD_GRID_SIZE:
+        saved_g = data.get("g")
+        if isinstance(saved_g, list) and len(saved_g) == _OLD_GRID_SIZE:
             # saved on the grid -0.9 .. 0.8 (before 2026-11-29): its rows integrate sigma on
             # another grid, so they are not comparable; a fresh prior re-learns in MIN_REQUESTS
             return cls()
