@@ -266,8 +266,8 @@ def posterior_sigma(exceedances: np.ndarray, xi: float) -> float:
     it *is* the mean-exceedance match, sum(y) / k, so the fit does not jump where xi changes
     sign, and at xi = -1 it puts the end at (k + 1) / k times the largest exceedance, the
     uniform's unbiased end. The posterior mean of sigma, sum(y) / (k - 1) at xi = 0, doubled
-    sigma at k = 2 and sent every request of a small budget to it (docs/robust-stopping.md,
-    "Rewards that end abruptly").
+    sigma at k = 2: every request of an 8-sample budget at c = 0.01 drew all 8
+    (docs/robust-stopping.md, "Rewards that end abruptly").
     """
     log_sigma, log_lik = sigma_log_likelihood(exceedances, np.array([xi]))
     log_sigma, log_lik = log_sigma[0], log_lik[0]
