@@ -140,7 +140,9 @@ class TailPandora(TailPolicy):
         under 1 - alpha of reaching it. Left out, the best often leaves a bounded fit (xi < 0)
         whose end lies below it - 8-10% of normal and exponential streams of 40 failed the test
         so - and the best itself refutes that bound: such a tail is judged as an exponential one
-        with the same mean exceedance. The test then fires on 0-4% of normal, exponential and
+        with the fit's mean exceedance, sigma / (1 - xi) (the observed one until 2026-11-29,
+        when a bounded fit's sigma came to be read from where its exceedances end). The test
+        then fires on 0-4% of normal, exponential and
         Gumbel streams of 20-80 rewards, on 7-15% of Student-t (3) and lognormal ones (the cold
         start's prior pulls their shape towards 0).
 
@@ -160,7 +162,7 @@ class TailPandora(TailPolicy):
         rest = tracker.fit_without_best()
         if rest is None:
             return None
-        if rest.xi < 0.0:  # a bound the best itself refutes: an exponential tail, same mean
+        if rest.xi < 0.0:  # a bound the best itself refutes: exponential, the fit's mean
             rest = replace(rest, sigma=rest.sigma / (1.0 - rest.xi), xi=0.0)
         beats = rest.p_u * rest.excess_survival(best - rest.u)  # one draw beats the best
         if -math.expm1(n * math.log1p(-min(beats, 0.5))) >= 1.0 - self.alpha:
