@@ -80,7 +80,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -182,12 +182,10 @@ class ShapePrior:
     # table key built at that count shares one fit (not persisted)
     _fitted: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
     # that fit as a FittedShape (multimodal_shape), by the request count it was fitted at, and
-    # (stream_ties, stream_step) of each kept stream, kept in step with them (tied_streams,
-    # lattice_step); not persisted
+    # the StreamFacts of each kept stream, kept in step with them (tied_streams, lattice_step,
+    # CostShapePrior.stream_maxima); not persisted
     _shape: tuple[int, FittedShape] | None = field(default=None, repr=False, compare=False)
-    _facts: list[tuple[bool | None, float | None]] | None = field(
-        default=None, repr=False, compare=False
-    )
+    _facts: list[StreamFacts] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.z_counts) != Z_BINS or len(self.s_counts) != S_BINS:
@@ -326,13 +324,15 @@ class ShapePrior:
         """:func:`~stoppers.robust.likelihood_cost.shared_lattice_step` of the kept streams, from
         steps kept in step with them: the lattice the deployment scores on (integer or rounded
         judge ratings), else None."""
-        return shared_step([step for _, step in self._stream_facts()])
+        return shared_step([facts.step for facts in self.stream_facts()])
 
     def _tie_flags(self) -> list[bool | None]:
         """stream_ties of each kept stream, in step with them (recounted after a restore)."""
-        return [tied for tied, _ in self._stream_facts()]
+        return [facts.tied for facts in self.stream_facts()]
 
-    def _stream_facts(self) -> list[tuple[bool | None, float | None]]:
+    def stream_facts(self) -> list[StreamFacts]:
+        """:class:`StreamFacts` of each kept stream, in step with them (recounted after a
+        restore)."""
         if self._facts is None:
             self._facts = [_stream_facts(stream) for stream in self.streams]
         return self._facts
@@ -494,8 +494,21 @@ class ShapePrior:
         return cached
 
 
-def _stream_facts(stream: list[float]) -> tuple[bool | None, float | None]:
-    return stream_ties(stream), stream_step(stream)
+class StreamFacts(NamedTuple):
+    """What the priors read from one kept stream, computed once as it is kept."""
+
+    tied: bool | None  # stream_ties
+    step: float | None  # stream_step: its lattice's step, None if continuous
+    size: int
+    # its largest reward standardised by its own mean and sd (None: no spread)
+    z_max: float | None
+
+
+def _stream_facts(stream: list[float]) -> StreamFacts:
+    x = np.asarray(stream, dtype=np.float64)
+    sd = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    z_max = (float(x.max()) - float(x.mean())) / sd if sd > 0.0 else None
+    return StreamFacts(stream_ties(stream), stream_step(stream), x.size, z_max)
 
 
 def _streams_of(streams: Any) -> list[list[float]]:
