@@ -12,7 +12,13 @@ from scipy import stats
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust import TailPandora
 from stoppers.robust.cost_prior import CostShapePrior
-from stoppers.robust.gpd_tail import fit_tail, posterior_sigma, tail_exceedances
+from stoppers.robust.gpd_tail import (
+    TailPosterior,
+    acceptance,
+    fit_tail,
+    posterior_sigma,
+    tail_exceedances,
+)
 from stoppers.robust.pooled_target import COLD_START, PooledTargetAcceptance
 from stoppers.robust.shape_cost import ShapePandora
 from stoppers.robust.shape_prior import ShapePrior
@@ -21,6 +27,7 @@ from stoppers.robust.xi_prior import (
     MAX_ROWS,
     MIN_REQUESTS,
     ROW_FLOOR,
+    SHAPE_MIN_WEIGHT,
     SHARE_MIN_REQUESTS,
     XI_GRID,
     XiPrior,
@@ -117,8 +124,29 @@ def test_margin_share_is_the_posterior_mass_of_open_tails():
     post = np.asarray(bounded.g) * np.exp(xi_log_likelihood(y))
     post /= post.sum()
     assert bounded.margin_share(y) == pytest.approx(post[XI_GRID >= BOUNDED_XI].sum(), abs=1e-12)
-    # a learned prior hands fit_tail both numbers from one posterior
-    assert bounded.tail_posterior(y) == (bounded.posterior_xi(y), bounded.margin_share(y))
+    # a learned prior hands fit_tail everything from one posterior
+    told = bounded.tail_posterior(y)
+    assert (told.xi, told.share) == (bounded.posterior_xi(y), bounded.margin_share(y))
+
+
+def test_the_posterior_shapes_are_what_fit_tail_would_fit():
+    """TailPosterior.shapes: the posterior's weights over the shapes it keeps, each with the
+    sigma fit_tail takes for that xi (the mean's match if open, the posterior if bounded)."""
+    prior = _learn(_learn(XiPrior(), _bounded, 15, seed=3), _heavy, 15, seed=4)
+    y = _exceedances(np.random.default_rng(7).normal(size=40))
+    told = prior.tail_posterior(y)
+    weights, xis, sigmas = (np.array(v) for v in zip(*told.shapes, strict=True))
+    post = prior._posterior(y)
+    kept = post >= SHAPE_MIN_WEIGHT
+    assert np.allclose(xis, XI_GRID[kept]) and weights.sum() == pytest.approx(1.0)
+    assert np.allclose(weights, post[kept] / post[kept].sum())
+    assert len(xis) >= 3  # a deployment of mixed shapes leaves this request several
+    for xi, sigma in zip(xis, sigmas, strict=True):
+        expected = posterior_sigma(y, xi) if xi < 0 else y.mean() * (1 - xi)
+        assert sigma == pytest.approx(expected, rel=1e-12)
+    fit = fit_tail(np.sort(np.concatenate([np.zeros(60), y])), posterior=prior.tail_posterior)
+    assert fit.shapes and sum(w for w, _ in fit.shape_fits()) == pytest.approx(1.0)
+    assert all(f.u == fit.u and f.k == fit.k and not f.shapes for _, f in fit.shape_fits())
 
 
 def test_the_share_starts_before_the_learned_shape_does():
@@ -129,9 +157,10 @@ def test_the_share_starts_before_the_learned_shape_does():
     prior = XiPrior()
     y = _exceedances(rng.uniform(size=48))
     for i in range(MIN_REQUESTS + 1):
-        xi, share = prior.tail_posterior(y)
+        told = prior.tail_posterior(y)
+        xi, share = told.xi, told.share
         if i < SHARE_MIN_REQUESTS:
-            assert (xi, share) == (None, 1.0)
+            assert (xi, share, told.shapes) == (None, 1.0, ())
         elif i < MIN_REQUESTS:
             assert xi is None and 0.0 < share < 1.0
         else:
@@ -196,12 +225,12 @@ def test_hostile_snapshots_are_refused(change):
 
 def test_fit_tail_takes_the_posterior_shape_when_given():
     values = np.sort(np.random.default_rng(1).normal(size=50))
-    fit = fit_tail(values, posterior=lambda y: (0.2, 0.4))
+    fit = fit_tail(values, posterior=lambda y: TailPosterior(0.2, 0.4, ((1.0, 0.2, 1.0),)))
     top = values[-fit.k :] - fit.u
     # an open tail: sigma matches the mean exceedance, sigma / (1 - xi)
     assert fit.xi == 0.2 and fit.sigma == pytest.approx(top.mean() * 0.8)
-    assert fit.margin_share == 0.4
-    bounded = fit_tail(values, posterior=lambda y: (-0.3, 0.4))
+    assert fit.margin_share == 0.4 and fit.shapes == ((1.0, 0.2, 1.0),)
+    bounded = fit_tail(values, posterior=lambda y: TailPosterior(-0.3, 0.4))
     # a bounded one: sigma's posterior mean given xi, which reads where the tail ends
     assert bounded.xi == -0.3 and bounded.sigma == pytest.approx(posterior_sigma(top, -0.3))
 
@@ -373,3 +402,29 @@ def test_a_snapshot_on_the_old_grid_restarts():
     for bad in ([0.5, 0.5], 7, "g"):  # any other size or type is refused, as before
         with pytest.raises(ValueError):
             XiPrior.from_dict({"rows": [], "g": bad, "requests": 0})
+
+
+def test_the_cold_start_averages_its_gain_over_the_shape_posterior():
+    """Two-mode prompts read as bounded tails; the few open shapes the posterior keeps pay
+    for draws at c = 1e-4, hardly ever at 1e-3 (TailPandora._averaged)."""
+    rows = generate(SynthSpec(family="mixture", prompts=40, samples=960, seed=2))["rewards"]
+    prior = XiPrior()
+    for row in rows[:10]:
+        prior.update(row[:120])  # what earlier requests of the deployment left
+    for cost, least_later in ((1e-4, 8), (1e-3, 0)):
+        later, gained = 0, []
+        for row in rows[10:]:
+            kappa = np.quantile(row, 0.99)
+            drawn = []
+            for averaged in (True, False):
+                policy = TailPandora(cost, prior=prior, max_samples=960)
+                if not averaged:
+                    policy._averaged = lambda m_offset: 0.0  # the point fit's gain alone
+                n = next(i for i, x in enumerate(row, 1) if policy.observe(float(x)))
+                drawn.append(n)
+                gained.append(acceptance(row[:n].max() - kappa) * (1 if averaged else -1))
+            assert drawn[0] >= drawn[1]  # the average only adds to the gain
+            later += drawn[0] > drawn[1]
+        assert later >= least_later and later <= (30 if cost < 1e-3 else 2)
+        if cost < 1e-3:  # the later stops found better rewards
+            assert sum(gained) > 0.0

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,12 +40,14 @@ __all__ = [
     "BOUNDED_OFFSETS",
     "OPEN_OFFSETS",
     "TailFit",
+    "TailPosterior",
     "choose_tail_size",
     "dequantize",
     "fit_cell",
     "fit_tail",
     "lattice_step",
     "posterior_sigma",
+    "posterior_sigmas",
     "shape_weight",
     "sigma_log_likelihood",
     "zhang_stephens_gpd",
@@ -131,6 +133,13 @@ class TailFit:
     # The share of the policies' confidence margins this tail warrants (1: all of them): less
     # where a deployment's learned shapes say it is bounded (XiPrior.tail_posterior).
     margin_share: float = 1.0
+    # The deployment's posterior over this tail's shape, (weight, xi, sigma) per shape; empty
+    # without a learned XiPrior (TailPosterior.shapes).
+    shapes: tuple[tuple[float, float, float], ...] = ()
+
+    def shape_fits(self) -> list[tuple[float, TailFit]]:
+        """(weight, this fit with that shape) for each of :attr:`shapes`."""
+        return [(w, replace(self, xi=xi, sigma=sigma, shapes=())) for w, xi, sigma in self.shapes]
 
     # -- the GPD pieces, all relative to u --------------------------------------------------
     def _excess_quantile(self, survival: float, sigma: float | None = None) -> float:
@@ -248,6 +257,22 @@ def sigma_log_likelihood(y: np.ndarray, xi: np.ndarray) -> tuple[np.ndarray, np.
     return log_sigma, np.where(np.isfinite(log_lik), log_lik, -np.inf)
 
 
+@dataclass(frozen=True)
+class TailPosterior:
+    """What a deployment's learned tail shapes say about one request's exceedances
+    (:meth:`~stoppers.robust.xi_prior.XiPrior.tail_posterior`, read by :func:`fit_tail`).
+
+    ``xi``: the shape to fit (None: keep the fixed shrinkage); ``share``: the share of the
+    confidence margins the tail warrants; ``shapes``: the posterior over the shape as
+    (weight, xi, sigma), the weights summing to 1, each sigma what :func:`fit_tail` would take
+    with that xi.
+    """
+
+    xi: float | None
+    share: float
+    shapes: tuple[tuple[float, float, float], ...] = ()
+
+
 def posterior_sigma(exceedances: np.ndarray, xi: float) -> float:
     """sigma given the shape ``xi``, from its posterior (flat in log sigma): 1 / E[1 / sigma].
 
@@ -269,10 +294,14 @@ def posterior_sigma(exceedances: np.ndarray, xi: float) -> float:
     sigma at k = 2: every request of an 8-sample budget at c = 0.01 drew all 8
     (docs/robust-stopping.md, "Rewards that end abruptly").
     """
-    log_sigma, log_lik = sigma_log_likelihood(exceedances, np.array([xi]))
-    log_sigma, log_lik = log_sigma[0], log_lik[0]
-    weight = np.gradient(log_sigma) * np.exp(log_lik - log_lik.max())
-    return float(weight.sum() / (weight @ np.exp(-log_sigma)))
+    return float(posterior_sigmas(*sigma_log_likelihood(exceedances, np.array([xi])))[0])
+
+
+def posterior_sigmas(log_sigma: np.ndarray, log_lik: np.ndarray) -> np.ndarray:
+    """:func:`posterior_sigma` per row of :func:`sigma_log_likelihood`'s arrays."""
+    top = log_lik.max(axis=1, keepdims=True)
+    weight = np.gradient(log_sigma, axis=1) * np.exp(log_lik - np.where(np.isfinite(top), top, 0))
+    return weight.sum(axis=1) / (weight * np.exp(-log_sigma)).sum(axis=1)
 
 
 def shape_weight(k: int, xi: float) -> float:
@@ -368,7 +397,7 @@ def fit_tail(
     xi0: float = 0.0,
     prior_weight: float = 30.0,
     k: int | None = None,
-    posterior: Callable[[np.ndarray], tuple[float | None, float]] | None = None,
+    posterior: Callable[[np.ndarray], TailPosterior] | None = None,
     precision_weighted: bool = False,
 ) -> TailFit | None:
     """Fit :class:`TailFit` to ascending-sorted rewards; None when there is no tail to fit.
@@ -381,10 +410,11 @@ def fit_tail(
     equals the observed one (the mean is the best-determined statistic of a small sample). For
     a bounded one it comes from sigma's posterior given xi (:func:`posterior_sigma`), which reads
     the end of the tail from the largest exceedance as well. xi is kept in [-1, 0.9] so that
-    the mean exceedance exists. ``posterior(exceedances)``, when given, returns (xi or
-    None, margin share) from a deployment's learned distribution of xi
+    the mean exceedance exists. ``posterior(exceedances)``, when given, returns a
+    :class:`TailPosterior` from a deployment's learned distribution of xi
     (:meth:`~stoppers.robust.xi_prior.XiPrior.tail_posterior`): a shape replaces the shrinkage
-    (None keeps it), and the share becomes the fit's ``margin_share``.
+    (None keeps it), the share becomes the fit's ``margin_share`` and the shapes its
+    ``shapes``.
 
     ``precision_weighted`` weighs the k exceedances by the asymptotic precision of their
     estimate (:func:`shape_weight`) instead of as k pseudo-exceedances, so that the prior no
@@ -398,15 +428,15 @@ def fit_tail(
     kk = y.size
     if kk < 2:
         return None
-    learned, share = None, 1.0
+    learned = TailPosterior(None, 1.0)
     if y[0] == y[-1]:
         # All exceedances tie (e.g. several rewards at an upper clip): a bounded tail.
         xi = _XI_MIN
     else:
         if posterior is not None:  # a deployment's learned shape distribution (XiPrior)
-            learned, share = posterior(y)
-        if learned is not None:
-            xi = learned
+            learned = posterior(y)
+        if learned.xi is not None:
+            xi = learned.xi
         else:
             _, xi_zs = zhang_stephens_gpd(y)
             weight = shape_weight(kk, xi_zs) if precision_weighted else kk
@@ -415,4 +445,12 @@ def fit_tail(
     sigma = float(y.mean()) * (1.0 - xi) if xi >= 0.0 else posterior_sigma(y, xi)
     if not sigma > 0.0:
         return None
-    return TailFit(u=u, p_u=kk / n, sigma=sigma, xi=xi, k=kk, margin_share=share)
+    return TailFit(
+        u=u,
+        p_u=kk / n,
+        sigma=sigma,
+        xi=xi,
+        k=kk,
+        margin_share=learned.share,
+        shapes=learned.shapes,
+    )

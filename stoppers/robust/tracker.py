@@ -30,7 +30,14 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import bdtrc
 
-from stoppers.robust.gpd_tail import TailFit, dequantize, fit_cell, fit_tail, lattice_step
+from stoppers.robust.gpd_tail import (
+    TailFit,
+    TailPosterior,
+    dequantize,
+    fit_cell,
+    fit_tail,
+    lattice_step,
+)
 
 __all__ = [
     "BestTies",
@@ -259,7 +266,7 @@ class TailTracker:
         prior_weight: float,
         exact_until: int = 16,
         leave_out_best: bool = LEAVE_OUT_BEST,
-        posterior: Callable[[np.ndarray], tuple[float | None, float]] | None = None,
+        posterior: Callable[[np.ndarray], TailPosterior] | None = None,
         tie_ceiling: bool = True,
         precision_weighted: bool = False,
         repeats_alpha: float | None = None,

@@ -36,8 +36,10 @@ from typing import Any
 import numpy as np
 
 from stoppers.robust.gpd_tail import (
+    TailPosterior,
     dequantize,
     lattice_step,
+    posterior_sigmas,
     sigma_log_likelihood,
     tail_exceedances,
 )
@@ -74,6 +76,9 @@ OPTIMISM = 1.0
 # prompts and cost `mixed` 0.4 point at c = 1e-4.
 BOUNDED_XI = -0.3
 SHARE_MIN_REQUESTS = 2
+# Shapes of less posterior weight are left out of TailPosterior.shapes (the cold start's gain
+# averaged over the shape posterior, TailPandora): at most 0.019 of the mass, and no work on it.
+SHAPE_MIN_WEIGHT = 1e-3
 MIN_REWARDS = 8  # shorter requests teach nothing (as TailPrior)
 MAX_ROWS = 256  # likelihood rows kept (newest)
 EM_STEPS = 25  # EM iterations per update, warm-started from the previous g
@@ -94,10 +99,19 @@ def xi_log_likelihood(exceedances: np.ndarray) -> np.ndarray:
     -0.9: a deployment of uniform rewards learned g at -0.9 and -0.8, and its requests' shape
     (posterior mean plus one sd) came out near -0.8.
     """
-    log_sigma, log_lik = sigma_log_likelihood(exceedances, XI_GRID)
+    return _shape_likelihood(exceedances)[0]
+
+
+def _shape_likelihood(exceedances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(:func:`xi_log_likelihood`, sigma given each xi as :func:`~stoppers.robust.gpd_tail.
+    fit_tail` takes it), from one evaluation of the likelihood on the sigma grids."""
+    y = np.asarray(exceedances, dtype=np.float64)
+    log_sigma, log_lik = sigma_log_likelihood(y, XI_GRID)
     weight = np.log(np.gradient(log_sigma, axis=1))  # the integral's steps in log sigma
     out = _log_sum_exp_rows(log_lik + weight)
-    return np.maximum(out - out.max(), ROW_FLOOR)
+    # fit_tail's sigma: the mean exceedance's match for an open tail, the posterior for a bounded
+    sigma = np.where(XI_GRID < 0.0, posterior_sigmas(log_sigma, log_lik), y.mean() * (1 - XI_GRID))
+    return np.maximum(out - out.max(), ROW_FLOOR), sigma
 
 
 def _log_sum_exp_rows(x: np.ndarray) -> np.ndarray:
@@ -193,20 +207,30 @@ class XiPrior:
     def margin_share(self, exceedances: np.ndarray) -> float:
         """The share of the confidence margins a request with these exceedances keeps: its
         posterior probability of xi >= ``BOUNDED_XI`` (1 before ``SHARE_MIN_REQUESTS``)."""
-        return self.tail_posterior(exceedances)[1]
+        return self.tail_posterior(exceedances).share
 
-    def tail_posterior(self, exceedances: np.ndarray) -> tuple[float | None, float]:
-        """(xi, margin share) for :func:`~stoppers.robust.gpd_tail.fit_tail`, one posterior for
-        both: :meth:`posterior_xi` once :attr:`learned` (None before: the fixed shrinkage) and
-        :meth:`margin_share`."""
+    def tail_posterior(self, exceedances: np.ndarray) -> TailPosterior:
+        """What :func:`~stoppers.robust.gpd_tail.fit_tail` reads, one posterior for all:
+        :meth:`posterior_xi` once :attr:`learned` (None before: the fixed shrinkage),
+        :meth:`margin_share`, and the shapes of posterior weight at least
+        ``SHAPE_MIN_WEIGHT``, each with its sigma (from ``SHARE_MIN_REQUESTS`` on; none before)."""
         if self.requests < SHARE_MIN_REQUESTS:
-            return None, 1.0
-        post = self._posterior(exceedances)
+            return TailPosterior(None, 1.0)
+        log_lik, sigma = _shape_likelihood(exceedances)
+        post = self._weigh(log_lik)
         share = float(post[XI_GRID >= BOUNDED_XI].sum())
-        return (_optimistic_mean(post) if self.learned else None), share
+        keep = post >= SHAPE_MIN_WEIGHT
+        weight = post[keep] / post[keep].sum()
+        nodes = zip(weight.tolist(), XI_GRID[keep].tolist(), sigma[keep].tolist(), strict=True)
+        shapes = tuple(nodes)
+        return TailPosterior(_optimistic_mean(post) if self.learned else None, share, shapes)
 
     def _posterior(self, exceedances: np.ndarray) -> np.ndarray:
-        log_post = np.log(np.maximum(np.asarray(self.g), 1e-300)) + xi_log_likelihood(exceedances)
+        return self._weigh(xi_log_likelihood(exceedances))
+
+    def _weigh(self, log_lik: np.ndarray) -> np.ndarray:
+        """The posterior on XI_GRID of a request's shape likelihood under g."""
+        log_post = np.log(np.maximum(np.asarray(self.g), 1e-300)) + log_lik
         post = np.exp(log_post - log_post.max())
         return post / post.sum()
 
