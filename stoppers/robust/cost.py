@@ -15,7 +15,9 @@ applied both to kappa_hat and to the tail over which the expected gain is integr
 too early on a heavy tail is what costs most profit; sampling one more costs only c. A tail the
 deployment has learned to be bounded keeps only its fit's ``margin_share`` of both margins
 (:meth:`~stoppers.robust.xi_prior.XiPrior.tail_posterior`): past its end there is nothing to
-insure against.
+insure against. What such a deployment's posterior still gives open tails is weighed instead: the
+test takes the larger of the fit's gain and the gain averaged over the posterior's shapes
+(:meth:`TailPandora._averaged`).
 
 Until the tail can be fitted (fewer than two distinct rewards above the threshold) the policy
 keeps sampling - unless the ties say the best is the top of the support (stop reason "tied",
