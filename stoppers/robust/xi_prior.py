@@ -103,8 +103,9 @@ def xi_log_likelihood(exceedances: np.ndarray) -> np.ndarray:
 
 
 def _shape_likelihood(exceedances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(:func:`xi_log_likelihood`, sigma given each xi as :func:`~stoppers.robust.gpd_tail.
-    fit_tail` takes it), from one evaluation of the likelihood on the sigma grids."""
+    """(:func:`xi_log_likelihood`, the sigma that fit_tail takes with each xi), from one
+    evaluation of the likelihood on the sigma grids
+    (:func:`~stoppers.robust.gpd_tail.sigma_log_likelihood`)."""
     y = np.asarray(exceedances, dtype=np.float64)
     log_sigma, log_lik = sigma_log_likelihood(y, XI_GRID)
     weight = np.log(np.gradient(log_sigma, axis=1))  # the integral's steps in log sigma
