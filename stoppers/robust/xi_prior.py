@@ -99,20 +99,15 @@ def xi_log_likelihood(exceedances: np.ndarray) -> np.ndarray:
     -0.9: a deployment of uniform rewards learned g at -0.9 and -0.8, and its requests' shape
     (posterior mean plus one sd) came out near -0.8.
     """
-    return _shape_likelihood(exceedances)[0]
+    return _marginal(*sigma_log_likelihood(exceedances, XI_GRID))
 
 
-def _shape_likelihood(exceedances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(:func:`xi_log_likelihood`, the sigma that fit_tail takes with each xi), from one
-    evaluation of the likelihood on the sigma grids
-    (:func:`~stoppers.robust.gpd_tail.sigma_log_likelihood`)."""
-    y = np.asarray(exceedances, dtype=np.float64)
-    log_sigma, log_lik = sigma_log_likelihood(y, XI_GRID)
+def _marginal(log_sigma: np.ndarray, log_lik: np.ndarray) -> np.ndarray:
+    """:func:`xi_log_likelihood` from :func:`~stoppers.robust.gpd_tail.sigma_log_likelihood`'s
+    arrays on XI_GRID."""
     weight = np.log(np.gradient(log_sigma, axis=1))  # the integral's steps in log sigma
     out = _log_sum_exp_rows(log_lik + weight)
-    # fit_tail's sigma: the mean exceedance's match for an open tail, the posterior for a bounded
-    sigma = np.where(XI_GRID < 0.0, posterior_sigmas(log_sigma, log_lik), y.mean() * (1 - XI_GRID))
-    return np.maximum(out - out.max(), ROW_FLOOR), sigma
+    return np.maximum(out - out.max(), ROW_FLOOR)
 
 
 def _log_sum_exp_rows(x: np.ndarray) -> np.ndarray:
@@ -217,12 +212,17 @@ class XiPrior:
         ``SHAPE_MIN_WEIGHT``, each with its sigma (from ``SHARE_MIN_REQUESTS`` on; none before)."""
         if self.requests < SHARE_MIN_REQUESTS:
             return TailPosterior(None, 1.0)
-        log_lik, sigma = _shape_likelihood(exceedances)
-        post = self._weigh(log_lik)
+        y = np.asarray(exceedances, dtype=np.float64)
+        log_sigma, log_lik = sigma_log_likelihood(y, XI_GRID)  # one evaluation for all three
+        post = self._weigh(_marginal(log_sigma, log_lik))
         share = float(post[XI_GRID >= BOUNDED_XI].sum())
         keep = post >= SHAPE_MIN_WEIGHT
         weight = post[keep] / post[keep].sum()
-        nodes = zip(weight.tolist(), XI_GRID[keep].tolist(), sigma[keep].tolist(), strict=True)
+        xi = XI_GRID[keep]
+        # fit_tail's sigma: the mean exceedance's match if open, the posterior if bounded
+        bounded = posterior_sigmas(log_sigma[keep], log_lik[keep])
+        sigma = np.where(xi < 0.0, bounded, y.mean() * (1.0 - xi))
+        nodes = zip(weight.tolist(), xi.tolist(), sigma.tolist(), strict=True)
         shapes = tuple(nodes)
         return TailPosterior(_optimistic_mean(post) if self.learned else None, share, shapes)
 
