@@ -132,7 +132,9 @@ class TailPandora(TailPolicy):
 
     def _averaged(self, m_offset: float) -> float:
         """The gain averaged over the deployment's posterior of this tail's shape (0 without
-        one): each shape with its own sigma and benchmark, no margins.
+        one): each shape with its own sigma and benchmark, no margins, the sigma spread over its
+        posterior (``xi_prior.SIGMA_NODES``: the gain is a hinge in sigma, and k exceedances
+        leave log sigma uncertain by about 1 / sqrt(k), a fifth to a quarter at a cold start).
 
         Why, beside the margins: the margins shrink to the fit's ``margin_share``, the posterior
         chance of an open tail, and the shape is one point of the posterior. Where a deployment

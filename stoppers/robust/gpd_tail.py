@@ -46,6 +46,7 @@ __all__ = [
     "fit_cell",
     "fit_tail",
     "lattice_step",
+    "log_sigma_sds",
     "posterior_sigma",
     "posterior_sigmas",
     "shape_weight",
@@ -133,8 +134,8 @@ class TailFit:
     # The share of the policies' confidence margins this tail warrants (1: all of them): less
     # where a deployment's learned shapes say it is bounded (XiPrior.tail_posterior).
     margin_share: float = 1.0
-    # The deployment's posterior over this tail's shape, (weight, xi, sigma) per shape; empty
-    # without a learned XiPrior (TailPosterior.shapes).
+    # The deployment's posterior over this tail's shape and scale, (weight, xi, sigma) per node;
+    # empty without a learned XiPrior (TailPosterior.shapes).
     shapes: tuple[tuple[float, float, float], ...] = ()
 
     def shape_fits(self) -> list[tuple[float, TailFit]]:
@@ -263,9 +264,9 @@ class TailPosterior:
     (:meth:`~stoppers.robust.xi_prior.XiPrior.tail_posterior`, read by :func:`fit_tail`).
 
     ``xi``: the shape to fit (None: keep the fixed shrinkage); ``share``: the share of the
-    confidence margins the tail warrants; ``shapes``: the posterior over the shape as
-    (weight, xi, sigma), the weights summing to 1, each sigma what :func:`fit_tail` would take
-    with that xi.
+    confidence margins the tail warrants; ``shapes``: the posterior over the shape and scale as
+    (weight, xi, sigma) nodes, the weights summing to 1: per xi, the sigma :func:`fit_tail`
+    would take with it, spread over the scale's posterior (``XiPrior.tail_posterior``).
     """
 
     xi: float | None
@@ -299,9 +300,23 @@ def posterior_sigma(exceedances: np.ndarray, xi: float) -> float:
 
 def posterior_sigmas(log_sigma: np.ndarray, log_lik: np.ndarray) -> np.ndarray:
     """:func:`posterior_sigma` per row of :func:`sigma_log_likelihood`'s arrays."""
-    top = log_lik.max(axis=1, keepdims=True)
-    weight = np.gradient(log_sigma, axis=1) * np.exp(log_lik - np.where(np.isfinite(top), top, 0))
+    weight = _sigma_weights(log_sigma, log_lik)
     return weight.sum(axis=1) / (weight * np.exp(-log_sigma)).sum(axis=1)
+
+
+def log_sigma_sds(log_sigma: np.ndarray, log_lik: np.ndarray) -> np.ndarray:
+    """The posterior standard deviation of log sigma (flat in log sigma) per row of
+    :func:`sigma_log_likelihood`'s arrays: how far the tail's scale is known, given each xi."""
+    weight = _sigma_weights(log_sigma, log_lik)
+    weight = weight / weight.sum(axis=1, keepdims=True)
+    mean = (weight * log_sigma).sum(axis=1, keepdims=True)
+    return np.sqrt((weight * (log_sigma - mean) ** 2).sum(axis=1))
+
+
+def _sigma_weights(log_sigma: np.ndarray, log_lik: np.ndarray) -> np.ndarray:
+    """Unnormalised posterior weights of the sigma grid's nodes, per row (flat in log sigma)."""
+    top = log_lik.max(axis=1, keepdims=True)
+    return np.gradient(log_sigma, axis=1) * np.exp(log_lik - np.where(np.isfinite(top), top, 0))
 
 
 def shape_weight(k: int, xi: float) -> float:
