@@ -80,15 +80,18 @@ SHARE_MIN_REQUESTS = 2
 # Shapes of less posterior weight are left out of TailPosterior.shapes (the cold start's gain
 # averaged over the shape posterior, TailPandora): at most 0.019 of the mass, and no work on it.
 SHAPE_MIN_WEIGHT = 1e-3
-# Each kept shape's sigma is spread over its posterior: three Gauss-Hermite nodes in log sigma,
-# at 0 and +-sqrt(3) posterior sds (weights 2/3, 1/6, 1/6: the mean and variance of log sigma
-# kept). Why: one sigma per shape left out how little a tail's scale is known from the 15-25
-# exceedances of a cold start, and the gain is a hinge in it (0 while kappa_hat lies under the
-# best). On power-law tails (`pareto`, xi = 0.3) at c = 1e-4 the requests that lost most
-# stopped 1-2 sd under the benchmark, their kappa_hat under the best because their exceedances
-# happened to be small: 0.979 of the best fixed N; spread, 0.993 (5 nodes out to +-2.86 sds:
-# 0.991, the same within its standard error). docs/robust-stopping.md, "The tail's scale is
-# not known either".
+# Each kept open shape's sigma is spread over its posterior: three Gauss-Hermite nodes in log
+# sigma, at 0 and +-sqrt(3) posterior sds (weights 2/3, 1/6, 1/6: the mean and variance of log
+# sigma kept). Why: one sigma per shape left out how little a tail's scale is known from the
+# 15-25 exceedances of a cold start, and the gain is a hinge in it (0 while kappa_hat lies under
+# the best). On power-law tails (`pareto`, xi = 0.3) at c = 1e-4 the requests that lost most
+# stopped 0.5-1.3 of the prompt's sd under the benchmark, their kappa_hat under the best as
+# their exceedances happened to be small: 0.979 of the best fixed N; spread, 0.993 (5 nodes
+# out to +-2.86 sds: 0.991, the same within its standard error). A bounded shape keeps its one
+# sigma, the posterior's (posterior_sigma): that posterior piles up where the tail's end passes
+# the largest exceedance, which symmetric nodes do not follow (the low one ends the tail under
+# the largest reward); spread so, the bounded families lost up to 5 standard errors (`sigmoid`
+# at 1e-4: 0.9984 -> 0.9974). docs/robust-stopping.md, "The tail's scale is not known either".
 SIGMA_NODES = ((-math.sqrt(3.0), 1.0 / 6.0), (0.0, 2.0 / 3.0), (math.sqrt(3.0), 1.0 / 6.0))
 MIN_REWARDS = 8  # shorter requests teach nothing (as TailPrior)
 MAX_ROWS = 256  # likelihood rows kept (newest)
@@ -220,8 +223,8 @@ class XiPrior:
         """What :func:`~stoppers.robust.gpd_tail.fit_tail` reads, one posterior for all:
         :meth:`posterior_xi` once :attr:`learned` (None before: the fixed shrinkage),
         :meth:`margin_share`, and the shapes of posterior weight at least
-        ``SHAPE_MIN_WEIGHT``, each with its sigma spread over that sigma's posterior
-        (``SIGMA_NODES``; from ``SHARE_MIN_REQUESTS`` on; none before)."""
+        ``SHAPE_MIN_WEIGHT``, each with its sigma, an open shape's spread over that sigma's
+        posterior (``SIGMA_NODES``; from ``SHARE_MIN_REQUESTS`` on; none before)."""
         if self.requests < SHARE_MIN_REQUESTS:
             return TailPosterior(None, 1.0)
         y = np.asarray(exceedances, dtype=np.float64)
@@ -232,10 +235,10 @@ class XiPrior:
         weight = post[keep] / post[keep].sum()
         xi = XI_GRID[keep]
         # fit_tail's sigma: the mean exceedance's match if open, the posterior if bounded;
-        # spread over the scale's posterior (SIGMA_NODES)
+        # an open tail's spread over the scale's posterior (SIGMA_NODES)
         bounded = posterior_sigmas(log_sigma[keep], log_lik[keep])
         sigma = np.where(xi < 0.0, bounded, y.mean() * (1.0 - xi))
-        spread = log_sigma_sds(log_sigma[keep], log_lik[keep])
+        spread = np.where(xi < 0.0, 0.0, log_sigma_sds(log_sigma[keep], log_lik[keep]))
         rows = zip(weight.tolist(), xi.tolist(), sigma.tolist(), spread.tolist(), strict=True)
         shapes = tuple(
             (w * node_weight, x, s * math.exp(node * sd))
