@@ -93,6 +93,7 @@ SHAPE_MIN_WEIGHT = 1e-3
 # the largest reward); spread so, the bounded families lost up to 5 standard errors (`sigmoid`
 # at 1e-4: 0.9984 -> 0.9974). docs/robust-stopping.md, "The tail's scale is not known either".
 SIGMA_NODES = ((-math.sqrt(3.0), 1.0 / 6.0), (0.0, 2.0 / 3.0), (math.sqrt(3.0), 1.0 / 6.0))
+_ONE_NODE = ((0.0, 1.0),)  # a bounded shape's
 MIN_REWARDS = 8  # shorter requests teach nothing (as TailPrior)
 MAX_ROWS = 256  # likelihood rows kept (newest)
 EM_STEPS = 25  # EM iterations per update, warm-started from the previous g
@@ -243,7 +244,7 @@ class XiPrior:
         shapes = tuple(
             (w * node_weight, x, s * math.exp(node * sd))
             for w, x, s, sd in rows
-            for node, node_weight in SIGMA_NODES
+            for node, node_weight in (SIGMA_NODES if sd > 0.0 else _ONE_NODE)
         )
         return TailPosterior(_optimistic_mean(post) if self.learned else None, share, shapes)
 
