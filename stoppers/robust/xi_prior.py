@@ -236,10 +236,13 @@ class XiPrior:
         weight = post[keep] / post[keep].sum()
         xi = XI_GRID[keep]
         # fit_tail's sigma: the mean exceedance's match if open, the posterior if bounded;
-        # an open tail's spread over the scale's posterior (SIGMA_NODES)
-        bounded = posterior_sigmas(log_sigma[keep], log_lik[keep])
-        sigma = np.where(xi < 0.0, bounded, y.mean() * (1.0 - xi))
-        spread = np.where(xi < 0.0, 0.0, log_sigma_sds(log_sigma[keep], log_lik[keep]))
+        # an open tail's spread over the scale's posterior (SIGMA_NODES). Each computed only
+        # on the rows that use it.
+        bounded, kept_sigma, kept_lik = xi < 0.0, log_sigma[keep], log_lik[keep]
+        sigma = y.mean() * (1.0 - xi)
+        sigma[bounded] = posterior_sigmas(kept_sigma[bounded], kept_lik[bounded])
+        spread = np.zeros_like(xi)
+        spread[~bounded] = log_sigma_sds(kept_sigma[~bounded], kept_lik[~bounded])
         rows = zip(weight.tolist(), xi.tolist(), sigma.tolist(), spread.tolist(), strict=True)
         shapes = tuple(
             (w * node_weight, x, s * math.exp(node * sd))
