@@ -84,6 +84,50 @@ def test_fit_shape_skips_what_says_nothing():
     assert np.array_equal(fit_shape(good, EDGES), fit_shape(with_noise, EDGES))
 
 
+def location_scale_streams(rng: np.random.Generator, draw, count: int) -> list[np.ndarray]:
+    """``count`` prompts of 20-100 rewards ``draw(n)``, each at its own location and scale."""
+    return [
+        rng.normal() + rng.uniform(3.0, 7.0) * draw(int(rng.integers(20, 100)))
+        for _ in range(count)
+    ]
+
+
+UNIFORM_END = math.sqrt(3.0)  # the standardised uniform's end: (1 - 1/2) / sqrt(1/12)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_streams_end_a_uniform_shape_where_the_histogram_smears_it(seed):
+    rng = np.random.default_rng(seed)
+    streams = location_scale_streams(rng, lambda n: rng.uniform(size=n), 40)
+    smeared = fit_shape(streams, EDGES)
+    ended = fit_shape(streams, EDGES, read_end=True)
+    above = EDGES[1:] > UNIFORM_END + 0.05
+    assert smeared[above].sum() > 0.005  # the histogram's tail runs on past the end
+    assert ended[above].sum() < 0.001
+    assert quantile(smeared, 0.999) > UNIFORM_END + 0.2
+    assert quantile(ended, 0.999) == pytest.approx(UNIFORM_END, abs=0.06)
+    assert quantile(ended, 0.99) == pytest.approx(0.98 * UNIFORM_END, abs=0.04)
+    assert float(ended @ CENTRES) == pytest.approx(0.0, abs=0.02)
+    assert float(ended @ CENTRES**2) == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda rng, n: rng.normal(size=n),
+        lambda rng, n: rng.gumbel(size=n),
+        lambda rng, n: rng.standard_t(4, size=n),
+        lambda rng, n: rng.exponential(size=n),
+        lambda rng, n: rng.pareto(1 / 0.3, size=n),
+    ],
+    ids=["normal", "gumbel", "student-t", "exponential", "pareto"],
+)
+def test_an_open_tail_keeps_the_histograms_fit(draw):
+    rng = np.random.default_rng(3)
+    streams = location_scale_streams(rng, lambda n: draw(rng, n), 40)
+    assert np.array_equal(fit_shape(streams, EDGES, read_end=True), fit_shape(streams, EDGES))
+
+
 def test_gpd_tail_keeps_an_exponential_tail_and_the_mass():
     z = np.linspace(-1.0, 12.0, 5000)
     p = np.diff(np.interp(EDGES, z, 1.0 - np.exp(-(z + 1.0))))  # Exp(1) - 1: mean 0, sd 1

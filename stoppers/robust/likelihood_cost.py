@@ -214,7 +214,7 @@ class FittedShape:
         """Fit to ``streams`` (rewards in observation order); None if none is usable. On a
         lattice (``step``) the shape is fitted to them :func:`dequantized`; ``tied`` and the
         two-mode share are read on them as they are."""
-        p = fit_shape(dequantized(streams, step), EDGES)
+        p = fit_shape(dequantized(streams, step), EDGES, read_end=True)
         if p is None:
             return None
         share = two_mode_share(streams) if count_modes(p) > 1 else None

@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import ndimage, optimize, special
+from scipy import ndimage, optimize, special, stats
 
 __all__ = ["MIN_STREAM", "fit_shape", "standardise_shape"]
 
@@ -41,6 +41,13 @@ EM_ITERATIONS = 60  # 0.9- and 0.99-quantiles move < 0.02 between 30 and 1000 it
 SMOOTHING = 0.1  # sd of the Gaussian smoothing step, in standardised units
 TAIL_MASS = 0.1  # the GPD replaces the histogram above this upper-tail probability
 XI_RANGE = (-0.5, 0.9)  # bounded (clipped) to heavy (Student-t(1.1)) tails
+END_XI_RANGE = (-1.0, 0.9)  # the streams' tail fit reaches the uniform's xi = -1
+# A bounded tail fitted to the streams replaces the histogram's when it raises their log marginal
+# likelihood by this much: half the 0.999-point of chi-square(2), the two tail parameters. Fits to
+# 40 streams of 20-100 rewards (5 seeds each, scratch s43 multi.py) gained 17-60 on uniform,
+# reflected-exponential and sigmoid streams, 0-2.7 on normal, Gumbel, Student-t, lognormal, and up
+# to 6.8 on exponential, 8.9 on a normal mixture (whose 0.99-quantile it then placed better).
+END_EVIDENCE = 6.9
 
 
 def fit_shape(
@@ -50,11 +57,13 @@ def fit_shape(
     iterations: int = EM_ITERATIONS,
     smoothing: float = SMOOTHING,
     tail_mass: float = TAIL_MASS,
+    read_end: bool = False,
 ) -> np.ndarray | None:
     """The standardised shape (mean 0, sd 1) as probabilities of the bins ``edges``.
 
     ``streams``: each request's rewards in observation order (streams with fewer than
     ``MIN_STREAM`` rewards or no spread are skipped). None if no stream is usable.
+    ``read_end``: let the streams end the tail (:func:`_ended_tail`).
     """
     data = _Nodes.of(streams)
     if data is None:
@@ -64,6 +73,10 @@ def fit_shape(
     f = np.diff(special.ndtr(em_edges))  # start from the normal shape
     for _ in range(iterations):
         f = standardise_shape(_em_step(data, f / f.sum(), width, smoothing), em_edges)
+    if read_end:
+        ended = _ended_tail(data, f / f.sum(), em_edges, tail_mass)
+        if ended is not None:
+            return _rebin(ended, em_edges, edges)
     shape = _rebin(f, em_edges, edges)
     return _gpd_tail(shape, edges, tail_mass)
 
@@ -103,12 +116,23 @@ class _Nodes:
         return cls(np.concatenate(bins), np.array(lengths), np.stack(log_weight))
 
 
-def _em_step(data: _Nodes, f: np.ndarray, width: float, smoothing: float) -> np.ndarray:
-    """One EM step with smoothing: expected bin counts of the draws under f, smoothed."""
+def _node_log_likelihood(data: _Nodes, f: np.ndarray, width: float) -> np.ndarray:
+    """(streams, nodes): each stream's log likelihood under the shape f at each nuisance node."""
     log_f = np.log(np.maximum(f, 1e-12) / width)
     streams = data.lengths.size
     log_like = np.add.reduceat(log_f[data.bins], data.starts).reshape(streams, -1)
-    log_like += data.log_weight
+    return log_like + data.log_weight
+
+
+def _log_evidence(data: _Nodes, f: np.ndarray, width: float) -> float:
+    """The streams' log marginal likelihood under f, each one's location and scale integrated
+    out on its nodes (up to a constant shared by every f): what the EM climbs."""
+    return float(special.logsumexp(_node_log_likelihood(data, f, width), axis=1).sum())
+
+
+def _em_step(data: _Nodes, f: np.ndarray, width: float, smoothing: float) -> np.ndarray:
+    """One EM step with smoothing: expected bin counts of the draws under f, smoothed."""
+    log_like = _node_log_likelihood(data, f, width)
     post = np.exp(log_like - log_like.max(axis=1, keepdims=True))
     post /= post.sum(axis=1, keepdims=True)
     weights = np.repeat(post.ravel(), data.per_node)  # each draw weighs as its node
@@ -169,6 +193,59 @@ def _gpd_tail(p: np.ndarray, edges: np.ndarray, tail_mass: float) -> np.ndarray:
     out = p.copy()
     out[start:] = mass * density / density.sum()
     return out / out.sum()
+
+
+def _ended_tail(
+    data: _Nodes, f: np.ndarray, em_edges: np.ndarray, tail_mass: float
+) -> np.ndarray | None:
+    """The EM shape ``f`` with its tail above the (1 - tail_mass)-quantile a GPD fitted to the
+    streams' marginal likelihood, standardised; None unless that GPD is bounded (xi < 0) and
+    beats :func:`_gpd_tail`'s by ``END_EVIDENCE``.
+
+    Why: smoothing and the nuisance spread carry the histogram's mass past where rewards end,
+    and a tail fitted to the histogram follows it there; the streams do not: a draw past the
+    end is impossible at every node that puts it there. Past a false end the
+    likelihood-ratio test keeps the histogram's tail, whose pooled fit is steadier on open
+    tails (Student-t's 0.99-quantile erred by +0.10 with it, +0.20 fitted to the streams).
+    """
+    width = float(em_edges[1] - em_edges[0])
+    start = int(np.searchsorted(np.cumsum(f), 1.0 - tail_mass)) + 1
+    if start >= f.size - 2:
+        return None
+    mass = float(f[start:].sum())
+    y_edges = em_edges[start:] - em_edges[start]
+    y_centres = 0.5 * (y_edges[:-1] + y_edges[1:])
+    mean_excess = max(float(f[start:] @ y_centres) / mass, 1e-6)
+
+    def with_tail(xi: float, beta: float) -> np.ndarray:
+        cdf = stats.genpareto.cdf(y_edges, xi, scale=beta)
+        out = f.copy()
+        out[start:] = mass * np.diff(cdf) / cdf[-1]
+        return out
+
+    def neg_log_evidence(theta: np.ndarray) -> float:
+        value = -_log_evidence(data, with_tail(float(theta[0]), math.exp(float(theta[1]))), width)
+        return value if math.isfinite(value) else 1e300
+
+    start_point = np.array([-0.5, math.log(1.5 * mean_excess)])  # GPD mean excess beta/(1-xi)
+    fit = optimize.minimize(
+        neg_log_evidence,
+        start_point,
+        method="Nelder-Mead",
+        bounds=[END_XI_RANGE, (None, None)],
+        options={
+            "initial_simplex": start_point + np.array([[0.0, 0.0], [0.3, 0.0], [0.0, 0.3]]),
+            "xatol": 1e-3,
+            "fatol": 1e-3,
+        },
+    )
+    xi = float(fit.x[0])
+    if not xi < 0.0:
+        return None
+    histogram_tail = _gpd_tail(f, em_edges, tail_mass)
+    if -_log_evidence(data, histogram_tail, width) - fit.fun < END_EVIDENCE:
+        return None
+    return standardise_shape(with_tail(xi, math.exp(float(fit.x[1]))), em_edges)
 
 
 def _gpd_log_pdf(y: np.ndarray, xi: float, beta: float) -> np.ndarray:
