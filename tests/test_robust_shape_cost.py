@@ -170,3 +170,22 @@ def test_a_smeared_upper_end_sends_the_trusted_shape_to_the_likelihood_path():
     shape = CostShape.from_prior(normal, 0.99)
     above = [shape.p[shape.z > z].sum() for z in z_max]
     assert 0.6 < float(np.mean(n * np.asarray(above))) < 1.4
+
+
+def test_an_end_the_streams_read_sends_the_trusted_shape_to_the_likelihood_path():
+    """Where the streams' maxima do not yet refute the recorded shape (``tail_excess``), a
+    likelihood fit that the streams end (a bounded tail, ``FittedShape.ended``) still takes the
+    request off the moment path: that path's recorded shape smears the end into a tail."""
+    from stoppers.replay.synth import SynthSpec, generate
+
+    rows = generate(SynthSpec(family="uniform", prompts=150, samples=150, seed=2))["rewards"][:30]
+    rng = np.random.default_rng(2)
+    prior = cost_shape_prior()
+    for row in rows:
+        prior.update(row[: int(rng.integers(24, 80))].tolist())
+    assert not tail_excess(prior, CostShape.from_prior(prior, 0.99))
+    fitted = prior.fitted_shape()
+    assert fitted.ended
+    policy = ShapePandora(1e-3, max_samples=960, prior=prior)
+    assert policy.warm
+    assert policy.shape is None and policy.fitted_shape is fitted

@@ -34,7 +34,7 @@ from scipy import ndimage
 
 from stoppers.robust.bimodality import two_mode_share
 from stoppers.robust.gpd_tail import _acceptance_array, dequantize, lattice_step
-from stoppers.robust.shape_likelihood import EM_BINS, EM_HI, EM_LO, fit_shape
+from stoppers.robust.shape_likelihood import EM_BINS, EM_HI, EM_LO, fit_shape_with_end
 
 __all__ = [
     "EXACT_UNTIL",
@@ -198,7 +198,9 @@ class FittedShape:
     ``streams``: how many streams it was fitted to; ``tied``: :func:`tied_fraction` of them;
     ``two_mode_share``: for a fit with more than one mode, the share of those streams that show
     two modes on their own (:func:`stoppers.robust.bimodality.two_mode_share`; None for a
-    one-mode fit, for a fit without testable streams, and for a shape not made by :meth:`fit`).
+    one-mode fit, for a fit without testable streams, and for a shape not made by :meth:`fit`);
+    ``ended``: the streams ended its tail (a bounded tail read from them by likelihood,
+    :func:`~stoppers.robust.shape_likelihood.fit_shape_with_end`): rewards with a hard upper end.
     """
 
     p: np.ndarray
@@ -206,6 +208,7 @@ class FittedShape:
     streams: int
     tied: float
     two_mode_share: float | None = None
+    ended: bool = False
 
     @classmethod
     def fit(
@@ -214,9 +217,10 @@ class FittedShape:
         """Fit to ``streams`` (rewards in observation order); None if none is usable. On a
         lattice (``step``) the shape is fitted to them :func:`dequantized`; ``tied`` and the
         two-mode share are read on them as they are."""
-        p = fit_shape(dequantized(streams, step), EDGES, read_end=True)
-        if p is None:
+        fit = fit_shape_with_end(dequantized(streams, step), EDGES)
+        if fit is None:
             return None
+        p, ended = fit
         share = two_mode_share(streams) if count_modes(p) > 1 else None
         return cls(
             p=p,
@@ -224,6 +228,7 @@ class FittedShape:
             streams=len(streams),
             tied=tied_fraction(streams),
             two_mode_share=share,
+            ended=ended,
         )
 
     def __post_init__(self) -> None:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import ndimage, optimize, special, stats
 
-__all__ = ["MIN_STREAM", "fit_shape", "standardise_shape"]
+__all__ = ["MIN_STREAM", "fit_shape", "fit_shape_with_end", "standardise_shape"]
 
 MIN_STREAM = 4  # rewards a stream needs before its sd says anything
 NODES = np.linspace(-6.0, 6.0, 13)  # nuisance grid, in normal-theory standard errors
@@ -63,8 +63,31 @@ def fit_shape(
 
     ``streams``: each request's rewards in observation order (streams with fewer than
     ``MIN_STREAM`` rewards or no spread are skipped). None if no stream is usable.
-    ``read_end``: let the streams end the tail (:func:`_ended_tail`).
+    ``read_end``: let the streams end the tail (:func:`fit_shape_with_end`).
     """
+    fit = fit_shape_with_end(
+        streams,
+        edges,
+        iterations=iterations,
+        smoothing=smoothing,
+        tail_mass=tail_mass,
+        read_end=read_end,
+    )
+    return None if fit is None else fit[0]
+
+
+def fit_shape_with_end(
+    streams: Sequence[Sequence[float]],
+    edges: np.ndarray,
+    *,
+    iterations: int = EM_ITERATIONS,
+    smoothing: float = SMOOTHING,
+    tail_mass: float = TAIL_MASS,
+    read_end: bool = True,
+) -> tuple[np.ndarray, bool] | None:
+    """(shape, ended): :func:`fit_shape`, and whether the streams ended its tail
+    (:func:`_ended_tail`: a bounded GPD fitted to them beat the histogram's tail; always False
+    without ``read_end``)."""
     data = _Nodes.of(streams)
     if data is None:
         return None
@@ -76,9 +99,9 @@ def fit_shape(
     if read_end:
         ended = _ended_tail(data, f / f.sum(), em_edges, tail_mass)
         if ended is not None:
-            return _rebin(ended, em_edges, edges)
+            return _rebin(ended, em_edges, edges), True
     shape = _rebin(f, em_edges, edges)
-    return _gpd_tail(shape, edges, tail_mass)
+    return _gpd_tail(shape, edges, tail_mass), False
 
 
 class _Nodes:
