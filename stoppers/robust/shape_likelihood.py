@@ -44,9 +44,10 @@ XI_RANGE = (-0.5, 0.9)  # bounded (clipped) to heavy (Student-t(1.1)) tails
 END_XI_RANGE = (-1.0, 0.9)  # the streams' tail fit reaches the uniform's xi = -1
 # A bounded tail fitted to the streams replaces the histogram's when it raises their log marginal
 # likelihood by this much: half the 0.999-point of chi-square(2), the two tail parameters. Fits to
-# 40 streams of 20-100 rewards (5 seeds each, scratch s43 multi.py) gained 17-60 on uniform,
-# reflected-exponential and sigmoid streams, 0-2.7 on normal, Gumbel, Student-t, lognormal, and up
-# to 6.8 on exponential, 8.9 on a normal mixture (whose 0.99-quantile it then placed better).
+# 40 streams of 20-100 rewards (5 seeds each; docs/robust-stopping.md, "A shape's end read from
+# the streams") gained 17-60 on uniform, reflected-exponential and sigmoid streams, 0-1.1 on
+# normal, Gumbel, Student-t and lognormal ones, 2.0-6.8 on exponential and 1.0-8.9 on a normal
+# mixture (whose 0.99-quantile the streams' fit placed better).
 END_EVIDENCE = 6.9
 
 
@@ -227,9 +228,9 @@ def _ended_tail(
 
     Why: smoothing and the nuisance spread carry the histogram's mass past where rewards end,
     and a tail fitted to the histogram follows it there; the streams do not: a draw past the
-    end is impossible at every node that puts it there. Past a false end the
-    likelihood-ratio test keeps the histogram's tail, whose pooled fit is steadier on open
-    tails (Student-t's 0.99-quantile erred by +0.10 with it, +0.20 fitted to the streams).
+    end is impossible at every node that puts it there. Where the streams' fit is open, or
+    not clearly better, the histogram's tail stays: it is the steadier fit of an open tail
+    (Student-t's 0.99-quantile erred by +0.10 with it, +0.20 fitted to the streams).
     """
     width = float(em_edges[1] - em_edges[0])
     start = int(np.searchsorted(np.cumsum(f), 1.0 - tail_mass)) + 1
