@@ -500,13 +500,13 @@ def test_default_cost_policy_learns_the_shape_through_the_gateway(fake_upstream,
 
     monkeypatch.setattr(shape_cost, "shapes_differ", lambda prior: False)
     threads: list[str] = []
-    real_fit = likelihood_cost.fit_shape
+    real_fit = likelihood_cost.fit_shape_with_end
 
     def recorded_fit(*args, **kwargs):
         threads.append(threading.current_thread().name)
         return real_fit(*args, **kwargs)
 
-    monkeypatch.setattr(likelihood_cost, "fit_shape", recorded_fit)
+    monkeypatch.setattr(likelihood_cost, "fit_shape_with_end", recorded_fit)
 
     def normal_score(text: str) -> float:
         return float(special.ndtri(min(max(quality_of(text, 0.5), 1e-6), 1.0 - 1e-6)))
