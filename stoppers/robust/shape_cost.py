@@ -356,7 +356,7 @@ class ShapePandora(LearnedShapeCost):
         shape = fitted = None
         if _trusted(prior, warm_requests, self.alpha):
             if likelihood:
-                fitted = _multimodal_shape(prior) or _ended_shape(prior)
+                fitted = _trusted_likelihood_shape(prior)
             if fitted is None:
                 shape = CostShape.from_prior(prior, self.alpha)
                 if likelihood and shape is not None and tail_excess(prior, shape):
@@ -513,27 +513,24 @@ def _clipless_lattice(prior: CostShapePrior) -> float | None:
     return step
 
 
-def _multimodal_shape(prior: object) -> FittedShape | None:
-    """The prior's likelihood shape where it has more than one mode, else None: on such a
-    shape the moment path's errors (m ~ N(mean, s^2/n)) mislead however well the recorded shape is
-    trusted - the sd mixes the modes - and the likelihood path decides instead. Measured
-    (docs/robust-stopping.md "Two modes"; ``loss_report --by path``): in 24-prompt mixture
-    deployments the requests whose recorded shape was trusted earned 0.893 of the best fixed N at
-    c = 1e-3 on the moment path, the likelihood path's requests 1.012."""
-    fitted = _continuous_shape(prior)
-    return fitted if fitted is not None and fitted.modes > 1 else None
+def _trusted_likelihood_shape(prior: object) -> FittedShape | None:
+    """The prior's likelihood shape where the moment path misreads it even once trusted, else
+    None; there the likelihood path decides instead.
 
-
-def _ended_shape(prior: object) -> FittedShape | None:
-    """The prior's likelihood shape where its kept streams end the tail (``FittedShape.ended``:
-    rewards with a hard upper end), else None. The moment path's recorded shape smears such an
-    end into a tail (each draw standardised by its request's running mean and sd), and
-    ``tail_excess`` catches only the abrupt ends: in 120-prompt deployments at c = 1e-3 the
-    trusted shape still decided on 185-206 requests of `uniform` and `reflected-gamma`, earning
-    0.947-0.956 of the best fixed N, where the likelihood path earned 0.999-1.001
-    (docs/robust-stopping.md, "A shape's end read from the streams")."""
+    - More than one mode: the moment errors (m ~ N(mean, s^2/n)) mislead however well the
+      recorded shape is trusted - the sd mixes the modes. Measured (docs/robust-stopping.md
+      "Two modes"; ``loss_report --by path``): in 24-prompt mixture deployments the requests
+      whose recorded shape was trusted earned 0.893 of the best fixed N at c = 1e-3 on the
+      moment path, the likelihood path's requests 1.012.
+    - A tail the kept streams end (``FittedShape.ended``: rewards with a hard upper end): the
+      recorded shape smears the end into a tail (each draw standardised by its request's
+      running mean and sd), and ``tail_excess`` catches only the abrupt ends. In 120-prompt
+      deployments at c = 1e-3 the trusted shape still decided on 185-206 requests of `uniform`
+      and `reflected-gamma`, earning 0.947-0.956 of the best fixed N, where the likelihood path
+      earned 0.999-1.001 (docs/robust-stopping.md, "A shape's end read from the streams").
+    """
     fitted = _continuous_shape(prior)
-    return fitted if fitted is not None and fitted.ended else None
+    return fitted if fitted is not None and (fitted.modes > 1 or fitted.ended) else None
 
 
 def _untrusted_shape(prior: object) -> FittedShape | None:
