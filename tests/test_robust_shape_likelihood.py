@@ -11,7 +11,7 @@ import pytest
 
 from stoppers.robust import shape_prior as sp
 from stoppers.robust.cost_prior import CostShapePrior
-from stoppers.robust.shape_likelihood import _gpd_tail, fit_shape
+from stoppers.robust.shape_likelihood import _gpd_tail, fit_shape, fit_shape_with_end
 from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.stop_table import Z_EDGES
 
@@ -100,7 +100,8 @@ def test_the_streams_end_a_uniform_shape_where_the_histogram_smears_it(seed):
     rng = np.random.default_rng(seed)
     streams = location_scale_streams(rng, lambda n: rng.uniform(size=n), 40)
     smeared = fit_shape(streams, EDGES)
-    ended = fit_shape(streams, EDGES, read_end=True)
+    ended, read = fit_shape_with_end(streams, EDGES)
+    assert read
     above = EDGES[1:] > UNIFORM_END + 0.05
     assert smeared[above].sum() > 0.005  # the histogram's tail runs on past the end
     assert ended[above].sum() < 0.001
@@ -125,7 +126,9 @@ def test_the_streams_end_a_uniform_shape_where_the_histogram_smears_it(seed):
 def test_an_open_tail_keeps_the_histograms_fit(draw):
     rng = np.random.default_rng(3)
     streams = location_scale_streams(rng, lambda n: draw(rng, n), 40)
-    assert np.array_equal(fit_shape(streams, EDGES, read_end=True), fit_shape(streams, EDGES))
+    shape, read = fit_shape_with_end(streams, EDGES)
+    assert not read
+    assert np.array_equal(shape, fit_shape(streams, EDGES))
 
 
 def test_gpd_tail_keeps_an_exponential_tail_and_the_mass():

@@ -58,13 +58,12 @@ def fit_shape(
     iterations: int = EM_ITERATIONS,
     smoothing: float = SMOOTHING,
     tail_mass: float = TAIL_MASS,
-    read_end: bool = False,
 ) -> np.ndarray | None:
-    """The standardised shape (mean 0, sd 1) as probabilities of the bins ``edges``.
+    """The standardised shape (mean 0, sd 1) as probabilities of the bins ``edges``, its tail
+    the histogram's (:func:`fit_shape_with_end` lets the streams end it).
 
     ``streams``: each request's rewards in observation order (streams with fewer than
     ``MIN_STREAM`` rewards or no spread are skipped). None if no stream is usable.
-    ``read_end``: let the streams end the tail (:func:`fit_shape_with_end`).
     """
     fit = fit_shape_with_end(
         streams,
@@ -72,7 +71,7 @@ def fit_shape(
         iterations=iterations,
         smoothing=smoothing,
         tail_mass=tail_mass,
-        read_end=read_end,
+        read_end=False,
     )
     return None if fit is None else fit[0]
 
@@ -183,18 +182,31 @@ def _rebin(p: np.ndarray, old_edges: np.ndarray, new_edges: np.ndarray) -> np.nd
     return out / out.sum()
 
 
-def _gpd_tail(p: np.ndarray, edges: np.ndarray, tail_mass: float) -> np.ndarray:
-    """Above the (1 - tail_mass)-quantile, the GPD fitted to the histogram's exceedances."""
-    centres = 0.5 * (edges[:-1] + edges[1:])
+def _upper_tail(
+    p: np.ndarray, edges: np.ndarray, tail_mass: float
+) -> tuple[int, np.ndarray, float, float] | None:
+    """(start, y, mass, mean excess) of the bins above the (1 - tail_mass)-quantile, the part a
+    GPD replaces: the first such bin, their centres' exceedances y over its lower edge, their
+    probability and its mean y. None if fewer than three bins or no mass lie there. Shared by
+    :func:`_gpd_tail` and :func:`_ended_tail`, whose likelihoods are compared on the same
+    split."""
     start = int(np.searchsorted(np.cumsum(p), 1.0 - tail_mass)) + 1
     if start >= p.size - 2:
-        return p
-    y = centres[start:] - edges[start]
-    weight = p[start:]
-    mass = float(weight.sum())
+        return None
+    y = 0.5 * (edges[start:-1] + edges[start + 1 :]) - edges[start]
+    mass = float(p[start:].sum())
     if not mass > 0.0:
+        return None
+    return start, y, mass, max(float(p[start:] @ y) / mass, 1e-6)
+
+
+def _gpd_tail(p: np.ndarray, edges: np.ndarray, tail_mass: float) -> np.ndarray:
+    """Above the (1 - tail_mass)-quantile, the GPD fitted to the histogram's exceedances."""
+    split = _upper_tail(p, edges, tail_mass)
+    if split is None:
         return p
-    mean_excess = max(float(weight @ y) / mass, 1e-6)
+    start, y, mass, mean_excess = split
+    weight = p[start:]
 
     def neg_log_like(theta: np.ndarray) -> float:
         log_pdf = _gpd_log_pdf(y, float(theta[0]), math.exp(float(theta[1])))
@@ -233,13 +245,11 @@ def _ended_tail(
     (Student-t's 0.99-quantile erred by +0.10 with it, +0.20 fitted to the streams).
     """
     width = float(em_edges[1] - em_edges[0])
-    start = int(np.searchsorted(np.cumsum(f), 1.0 - tail_mass)) + 1
-    if start >= f.size - 2:
+    split = _upper_tail(f, em_edges, tail_mass)
+    if split is None:
         return None
-    mass = float(f[start:].sum())
+    start, _, mass, mean_excess = split
     y_edges = em_edges[start:] - em_edges[start]
-    y_centres = 0.5 * (y_edges[:-1] + y_edges[1:])
-    mean_excess = max(float(f[start:] @ y_centres) / mass, 1e-6)
 
     def with_tail(xi: float, beta: float) -> np.ndarray:
         cdf = stats.genpareto.cdf(y_edges, xi, scale=beta)
