@@ -15,6 +15,13 @@ better mode) the mean and sd mix the modes, and the request decides instead with
 integrated out by likelihood, a Lagrange multiplier per posterior node, no Monte Carlo offset
 (docs/robust-stopping.md, "Target mode on a deployment").
 
+Best-of-N where the table rule does not pay: where the table's own simulation finds that its rule
+draws about as many rewards as the Best-of-N that delivers the same (``StopTable.fixed_n``,
+:func:`~stoppers.robust.stop_table.fixed_n_for`; rewards with a hard upper end), a request the
+table rule would decide draws that N - the N that delivers the target on the simulated streams -
+and stops (reason ``"fixed"``). The multiplier rule is not simulated, so where it decides it
+keeps deciding.
+
 Cold start: until the prior has learned from ``cold_start`` requests, the request is delegated
 to :class:`~stoppers.robust.target.TailTargetAcceptance` (its own GPD tail fit), with the tail
 shape of the deployment's earlier requests (the prior's ``xi``, as cost mode's cold start since
@@ -109,6 +116,10 @@ class PooledTargetAcceptance(StoppingPolicy):
                     scale_mu=scale_mu,
                     scale_precision=scale_precision,
                 )
+        # Best-of-N where the table finds its rule does not pay (module docstring)
+        self._fixed_n: int | None = None
+        if self._table is not None and self._multiplier is None:
+            self._fixed_n = self._table.fixed_n
         self._seen: list[float] = []  # the rewards, kept for the multiplier rule only
         self._eval_n = 0
         self._eval_best = -math.inf
@@ -145,6 +156,11 @@ class PooledTargetAcceptance(StoppingPolicy):
     def multimodal(self) -> bool:
         """True when the multiplier rule decides (the deployment's shape has several modes)."""
         return self._multiplier is not None
+
+    @property
+    def fixed_n(self) -> int | None:
+        """The Best-of-N this request runs instead of a stopping rule (None: a rule decides)."""
+        return self._fixed_n
 
     @property
     def acceptance_estimate(self) -> float | None:
@@ -185,6 +201,8 @@ class PooledTargetAcceptance(StoppingPolicy):
             return "tied"  # a pile-up at the best (a clip), or every value repeated (BestTies)
         if self._multiplier is not None:
             return self._multiplier_decide(n)
+        if self._fixed_n is not None:
+            return "fixed" if n >= self._fixed_n else None
         table = self._table
         scale = table.scale(n, sd)
         self._scale = scale
