@@ -81,6 +81,7 @@ def _pooled_unreachable():
     def make():
         policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=10_000, cold_start=1)
         policy._table = dataclasses.replace(policy._table, offset=1e6)
+        policy._fixed_n = None  # time the table rule itself, not the Best-of-N it may name
         return policy
 
     return make
