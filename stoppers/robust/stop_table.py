@@ -58,10 +58,10 @@ SLOPES = (1.5, 3.0, 5.0, 8.0)  # candidate small-sample slopes of the offset
 MIN_SCALE_SHRINK = 1e-6  # scale_shrink 0: the prior still names a scale before any sd exists
 # The calibrated rule runs only where, on the table's own simulated streams, it draws at least
 # this share fewer rewards than the Best-of-N that delivers what it delivers; elsewhere the table
-# names that Best-of-N (StopTable.fixed_n). Replayed, the rule saved 5-11 points less than it did
-# in simulation on the families it pays on (normal: 33% simulated at 0.9, 22% replayed), and lost
-# 3-31% where its simulated save was nil (bounded rewards; docs/robust-stopping.md, "Best-of-N
-# where the rule does not pay").
+# names that Best-of-N (StopTable.fixed_n). Replayed, the rule saves less than it does in
+# simulation (normal at 0.9: 32% simulated, 21% replayed), and it lost up to 24% where its
+# simulated save was nil (bounded rewards; docs/robust-stopping.md, "Best-of-N where the table
+# rule does not pay").
 FIXED_N_MARGIN = 0.1
 
 # (target to 3 decimals, min_samples, horizon, alpha): what one stop table is built for
@@ -277,8 +277,8 @@ def fixed_n_for(
 ) -> int | None:
     """The Best-of-N a request should run instead of the calibrated rule, or None.
 
-    Why: the issue promises that adaptive stopping never costs more than the Best-of-N that
-    delivers the same, and on some shapes the rule cannot keep that promise: where rewards end
+    Why: adaptive stopping is promised never to cost more than the Best-of-N that delivers the
+    same, and on some shapes the rule cannot keep that promise: where rewards end
     abruptly (uniform, a saturating reward model) a request's mean and sd place its best against
     the benchmark no better than a fixed count does, so the calibrated rule draws as many rewards
     as Best-of-N and, on the real rewards, more. The table's simulation already holds what is
