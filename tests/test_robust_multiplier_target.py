@@ -99,6 +99,39 @@ def test_the_target_default_uses_it_where_the_shape_has_two_modes_only():
     assert not PooledTargetAcceptance(0.9, prior=lattice, max_samples=400).multimodal
 
 
+def _stopped_uniform(rng: np.random.Generator, most: int) -> np.ndarray:
+    """A uniform prompt stopped as a target request stops: from 8 rewards, at the first best
+    1.5 sds above the mean (at most ``most``)."""
+    x = rng.normal() + math.exp(rng.normal(0.0, 0.4)) * rng.uniform(
+        -math.sqrt(3), math.sqrt(3), most
+    )
+    for n in range(8, most + 1):
+        if x[:n].max() - x[:n].mean() >= 1.5 * x[:n].std(ddof=1):
+            break
+    return x[:n]
+
+
+def test_a_flat_top_that_the_streams_end_is_not_read_as_two_modes():
+    """Short uniform streams fit with bumps on the flat top (two modes on 11 of 12 such
+    deployments); where the streams end the tail, the table rule decides, not the multiplier
+    rule."""
+    rng = np.random.default_rng(10)
+    prior = _learned([_stopped_uniform(rng, 60) for _ in range(30)])
+    policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=400)
+    ((requests, _),) = prior._fitted.items()
+    assert prior._ended[requests]
+    assert policy.uses_learned_prior and not policy.multimodal
+    assert prior.multimodal_shape() is None
+    prior._ended[requests] = False  # the same fit with its end unread: two modes
+    assert prior.multimodal_shape() is not None and prior.multimodal_shape().modes > 1
+    assert PooledTargetAcceptance(0.9, prior=prior, max_samples=400).multimodal
+    # a bulk with a better mode: the streams do not end it, and the multiplier rule decides
+    bimodal = _learned(_bimodal_rows(30, seed=1))
+    assert PooledTargetAcceptance(0.9, prior=bimodal, max_samples=400).multimodal
+    ((requests, _),) = bimodal._fitted.items()
+    assert not bimodal._ended[requests]
+
+
 def test_on_bimodal_prompts_it_delivers_the_target_and_reports_its_estimate():
     """Mean acceptance over fresh bimodal prompts within 0.04 of the target, and the stop is the
     rule's ("target"), with its posterior acceptance estimate reported."""

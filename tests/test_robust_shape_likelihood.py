@@ -11,7 +11,7 @@ import pytest
 
 from stoppers.robust import shape_prior as sp
 from stoppers.robust.cost_prior import CostShapePrior
-from stoppers.robust.shape_likelihood import _gpd_tail, fit_shape, fit_shape_with_end
+from stoppers.robust.shape_likelihood import _gpd_tail, fit_shape, fit_shape_with_end, fit_shapes
 from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.stop_table import Z_EDGES
 
@@ -110,6 +110,9 @@ def test_the_streams_end_a_uniform_shape_where_the_histogram_smears_it(seed):
     assert quantile(ended, 0.99) == pytest.approx(0.98 * UNIFORM_END, abs=0.04)
     assert float(ended @ CENTRES) == pytest.approx(0.0, abs=0.02)
     assert float(ended @ CENTRES**2) == pytest.approx(1.0, abs=0.05)
+    # fit_shapes: both from one EM fit (the table rule keeps the open one; Best-of-N's N the end)
+    both_open, both_ended = fit_shapes(streams, EDGES)
+    assert np.array_equal(both_open, smeared) and np.array_equal(both_ended, ended)
 
 
 @pytest.mark.parametrize(
@@ -129,6 +132,8 @@ def test_an_open_tail_keeps_the_histograms_fit(draw):
     shape, read = fit_shape_with_end(streams, EDGES)
     assert not read
     assert np.array_equal(shape, fit_shape(streams, EDGES))
+    both_open, both_ended = fit_shapes(streams, EDGES)
+    assert both_ended is None and np.array_equal(both_open, shape)
 
 
 def test_gpd_tail_keeps_an_exponential_tail_and_the_mass():
@@ -212,13 +217,13 @@ def test_the_cost_prior_keeps_the_streams_of_its_likelihood_shape():
 
 def test_table_keys_built_at_one_request_count_share_one_fit(monkeypatch):
     calls = []
-    real = sp.fit_shape
+    real = sp.fit_shapes
 
     def counting(streams, edges):
         calls.append(len(streams))
         return real(streams, edges)
 
-    monkeypatch.setattr(sp, "fit_shape", counting)
+    monkeypatch.setattr(sp, "fit_shapes", counting)
     rng = np.random.default_rng(6)
     prior = ShapePrior()
     for _ in range(12):

@@ -13,7 +13,9 @@ Multimodal shapes: where the deployment's fitted shape has more than one mode (a
 better mode) the mean and sd mix the modes, and the request decides instead with
 :class:`~stoppers.robust.multiplier_target.MultiplierTargetRule` - its location and scale
 integrated out by likelihood, a Lagrange multiplier per posterior node, no Monte Carlo offset
-(docs/robust-stopping.md, "Target mode on a deployment").
+(docs/robust-stopping.md, "Target mode on a deployment") - unless the streams end the shape's
+upper tail: a flat top that ends (uniform rewards) fits with bumps, and is no better mode
+(:meth:`~stoppers.robust.shape_prior.ShapePrior.multimodal_shape`).
 
 Best-of-N where the table rule does not pay: where the table's own simulation finds that its rule
 draws about as many rewards as the Best-of-N that delivers the same (``StopTable.fixed_n``,

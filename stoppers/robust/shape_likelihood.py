@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import ndimage, optimize, special, stats
 
-__all__ = ["MIN_STREAM", "fit_shape", "fit_shape_with_end", "standardise_shape"]
+__all__ = ["MIN_STREAM", "fit_shape", "fit_shape_with_end", "fit_shapes", "standardise_shape"]
 
 MIN_STREAM = 4  # rewards a stream needs before its sd says anything
 NODES = np.linspace(-6.0, 6.0, 13)  # nuisance grid, in normal-theory standard errors
@@ -91,17 +91,45 @@ def fit_shape_with_end(
     data = _Nodes.of(streams)
     if data is None:
         return None
-    em_edges = np.linspace(EM_LO, EM_HI, EM_BINS + 1)
-    width = (EM_HI - EM_LO) / EM_BINS
-    f = np.diff(special.ndtr(em_edges))  # start from the normal shape
-    for _ in range(iterations):
-        f = standardise_shape(_em_step(data, f / f.sum(), width, smoothing), em_edges)
+    f = _em_fit(data, iterations, smoothing)
     if read_end:
-        ended = _ended_tail(data, f / f.sum(), em_edges, tail_mass)
+        ended = _ended_tail(data, f / f.sum(), _EM_EDGES, tail_mass)
         if ended is not None:
-            return _rebin(ended, em_edges, edges), True
-    shape = _rebin(f, em_edges, edges)
+            return _rebin(ended, _EM_EDGES, edges), True
+    shape = _rebin(f, _EM_EDGES, edges)
     return _gpd_tail(shape, edges, tail_mass), False
+
+
+def fit_shapes(
+    streams: Sequence[Sequence[float]],
+    edges: np.ndarray,
+    *,
+    iterations: int = EM_ITERATIONS,
+    smoothing: float = SMOOTHING,
+    tail_mass: float = TAIL_MASS,
+) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(open, ended) from one EM fit: :func:`fit_shape`'s shape (the histogram's tail) and, where
+    the streams end the tail (:func:`_ended_tail`), the shape with their bounded tail (else
+    None). None if no stream is usable."""
+    data = _Nodes.of(streams)
+    if data is None:
+        return None
+    f = _em_fit(data, iterations, smoothing)
+    ended = _ended_tail(data, f / f.sum(), _EM_EDGES, tail_mass)
+    open_shape = _gpd_tail(_rebin(f, _EM_EDGES, edges), edges, tail_mass)
+    return open_shape, None if ended is None else _rebin(ended, _EM_EDGES, edges)
+
+
+_EM_EDGES = np.linspace(EM_LO, EM_HI, EM_BINS + 1)
+
+
+def _em_fit(data: _Nodes, iterations: int, smoothing: float) -> np.ndarray:
+    """The EM histogram on ``_EM_EDGES`` (unnormalised), from the normal shape."""
+    width = (EM_HI - EM_LO) / EM_BINS
+    f = np.diff(special.ndtr(_EM_EDGES))  # start from the normal shape
+    for _ in range(iterations):
+        f = standardise_shape(_em_step(data, f / f.sum(), width, smoothing), _EM_EDGES)
+    return f
 
 
 class _Nodes:
