@@ -87,17 +87,19 @@ def fit_shape_with_end(
 ) -> tuple[np.ndarray, bool] | None:
     """(shape, ended): :func:`fit_shape`, and whether the streams ended its tail
     (:func:`_ended_tail`: a bounded GPD fitted to them beat the histogram's tail; always False
-    without ``read_end``)."""
-    data = _Nodes.of(streams)
-    if data is None:
+    without ``read_end``): the ended shape where they did, else the open one."""
+    fit = fit_shapes(
+        streams,
+        edges,
+        iterations=iterations,
+        smoothing=smoothing,
+        tail_mass=tail_mass,
+        read_end=read_end,
+    )
+    if fit is None:
         return None
-    f = _em_fit(data, iterations, smoothing)
-    if read_end:
-        ended = _ended_tail(data, f / f.sum(), _EM_EDGES, tail_mass)
-        if ended is not None:
-            return _rebin(ended, _EM_EDGES, edges), True
-    shape = _rebin(f, _EM_EDGES, edges)
-    return _gpd_tail(shape, edges, tail_mass), False
+    open_shape, ended = fit
+    return (open_shape, False) if ended is None else (ended, True)
 
 
 def fit_shapes(
@@ -107,29 +109,24 @@ def fit_shapes(
     iterations: int = EM_ITERATIONS,
     smoothing: float = SMOOTHING,
     tail_mass: float = TAIL_MASS,
+    read_end: bool = True,
 ) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """(open, ended) from one EM fit: :func:`fit_shape`'s shape (the histogram's tail) and, where
-    the streams end the tail (:func:`_ended_tail`), the shape with their bounded tail (else
-    None). None if no stream is usable."""
+    """(open, ended) from one EM fit: the shape with the histogram's tail and, where the streams
+    end the tail (:func:`_ended_tail`; not tested without ``read_end``), the shape with their
+    bounded tail (else None). None if no stream is usable."""
     data = _Nodes.of(streams)
     if data is None:
         return None
-    f = _em_fit(data, iterations, smoothing)
-    ended = _ended_tail(data, f / f.sum(), _EM_EDGES, tail_mass)
+    width = (EM_HI - EM_LO) / EM_BINS
+    f = np.diff(special.ndtr(_EM_EDGES))  # start from the normal shape
+    for _ in range(iterations):
+        f = standardise_shape(_em_step(data, f / f.sum(), width, smoothing), _EM_EDGES)
+    ended = _ended_tail(data, f / f.sum(), _EM_EDGES, tail_mass) if read_end else None
     open_shape = _gpd_tail(_rebin(f, _EM_EDGES, edges), edges, tail_mass)
     return open_shape, None if ended is None else _rebin(ended, _EM_EDGES, edges)
 
 
 _EM_EDGES = np.linspace(EM_LO, EM_HI, EM_BINS + 1)
-
-
-def _em_fit(data: _Nodes, iterations: int, smoothing: float) -> np.ndarray:
-    """The EM histogram on ``_EM_EDGES`` (unnormalised), from the normal shape."""
-    width = (EM_HI - EM_LO) / EM_BINS
-    f = np.diff(special.ndtr(_EM_EDGES))  # start from the normal shape
-    for _ in range(iterations):
-        f = standardise_shape(_em_step(data, f / f.sum(), width, smoothing), _EM_EDGES)
-    return f
 
 
 class _Nodes:
