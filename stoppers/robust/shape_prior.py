@@ -120,6 +120,7 @@ LIKELIHOOD_MIN_STREAMS = 10  # fewer kept streams (a restored old snapshot): the
 # of 280 (seed-0 pools), none from 16 (likelihood_cost.MODE_DIP); a unimodal deployment misread
 # as bimodal would run the multiplier rule, which under-delivers on long tails.
 MULTIMODAL_MIN_REQUESTS = 16
+_ENDED_KEPT = 4  # ShapePrior._ended entries kept (the newest fits')
 
 
 @dataclass
@@ -477,8 +478,11 @@ class ShapePrior:
                     fit = fit_shapes(dequantized(streams, step), Z_EDGES)
                     if fit is not None:
                         fitted, ended = fit
-                        ended_cache.clear()  # before the shape: a reader of it finds its flag
+                        # the flag before the shape, and the last few kept: a reader on another
+                        # thread that took the previous shape still finds that shape's flag
                         ended_cache[requests] = ended is not None
+                        while len(ended_cache) > _ENDED_KEPT:
+                            ended_cache.pop(next(iter(ended_cache)))
                         fitted_cache.clear()
                         fitted_cache[requests] = fitted
                 if fitted is not None:
