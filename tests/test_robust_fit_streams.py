@@ -60,7 +60,7 @@ def test_continuous_deployments_fit_every_stream():
 def test_the_table_build_fits_the_continuous_streams_and_recovers_their_shape():
     prior, continuous = _prior(continuous=40, tied=10, seed=3)
     prior.table(0.9, min_samples=8, horizon=64)
-    ((requests, fitted),) = prior._fitted.items()
+    ((requests, (fitted, _)),) = prior._fitted.items()
     assert requests == 50
     np.testing.assert_allclose(fitted, fit_shape(continuous, Z_EDGES))
     # the clipped streams' point mass at the top pulled a fit to every stream's upper body in

@@ -118,18 +118,18 @@ def test_a_flat_top_that_the_streams_end_is_not_read_as_two_modes():
     rng = np.random.default_rng(10)
     prior = _learned([_stopped_uniform(rng, 60) for _ in range(30)])
     policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=400)
-    ((requests, _),) = prior._fitted.items()
-    assert prior._ended[requests]
+    ((requests, (shape, ended)),) = prior._fitted.items()
+    assert ended
     assert policy.uses_learned_prior and not policy.multimodal
     assert prior.multimodal_shape() is None
-    prior._ended[requests] = False  # the same fit with its end unread: two modes
+    prior._fitted[requests] = (shape, False)  # the same fit with its end unread: two modes
     assert prior.multimodal_shape() is not None and prior.multimodal_shape().modes > 1
     assert PooledTargetAcceptance(0.9, prior=prior, max_samples=400).multimodal
     # a bulk with a better mode: the streams do not end it, and the multiplier rule decides
     bimodal = _learned(_bimodal_rows(30, seed=1))
     assert PooledTargetAcceptance(0.9, prior=bimodal, max_samples=400).multimodal
-    ((requests, _),) = bimodal._fitted.items()
-    assert not bimodal._ended[requests]
+    ((requests, (_, ended)),) = bimodal._fitted.items()
+    assert not ended
 
 
 def test_on_bimodal_prompts_it_delivers_the_target_and_reports_its_estimate():

@@ -120,7 +120,6 @@ LIKELIHOOD_MIN_STREAMS = 10  # fewer kept streams (a restored old snapshot): the
 # of 280 (seed-0 pools), none from 16 (likelihood_cost.MODE_DIP); a unimodal deployment misread
 # as bimodal would run the multiplier rule, which under-delivers on long tails.
 MULTIMODAL_MIN_REQUESTS = 16
-_ENDED_KEPT = 4  # ShapePrior._ended entries kept (the newest fits')
 
 
 @dataclass
@@ -179,11 +178,12 @@ class ShapePrior:
     _tables: OrderedDict[TableKey, StopTable] = field(
         default_factory=OrderedDict, repr=False, compare=False
     )
-    # the likelihood shape of the newest build, by the request count it was fitted at: every
-    # table key built at that count shares one fit (not persisted)
-    _fitted: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
-    # whether the streams ended that fit's upper tail (fit_shapes), by the same request count
-    _ended: dict[int, bool] = field(default_factory=dict, repr=False, compare=False)
+    # the likelihood shape of the newest build and whether its streams ended the upper tail
+    # (fit_shapes), by the request count it was fitted at: every table key built at that count
+    # shares one fit (not persisted)
+    _fitted: dict[int, tuple[np.ndarray, bool]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     # that fit as a FittedShape (multimodal_shape), by the request count it was fitted at, and
     # the StreamFacts of each kept stream, kept in step with them (tied_streams, lattice_step,
     # CostShapePrior.stream_maxima); not persisted
@@ -384,8 +384,8 @@ class ShapePrior:
         tied = self.tied_streams()
         if tied > TIED_MAX:
             return None
-        requests, p = builds[-1]
-        if requests < MULTIMODAL_MIN_REQUESTS or self._ended.get(requests, False):
+        requests, (p, ended) = builds[-1]
+        if requests < MULTIMODAL_MIN_REQUESTS or ended:
             return None
         cached = self._shape
         if cached is None or cached[0] != requests:
@@ -468,23 +468,19 @@ class ShapePrior:
         step = self.lattice_step()  # rounded scores: fitted and calibrated on the lattice
         streams = self.fit_streams() if self.likelihood else []  # kept streams never change
 
-        fitted_cache, ended_cache = self._fitted, self._ended
+        fitted_cache = self._fitted
 
         def build() -> StopTable:
             shape = z_counts
             if len(streams) >= LIKELIHOOD_MIN_STREAMS:
-                fitted = fitted_cache.get(requests)
-                if fitted is None:
+                cached = fitted_cache.get(requests)
+                fitted = None if cached is None else cached[0]
+                if cached is None:
                     fit = fit_shapes(dequantized(streams, step), Z_EDGES)
                     if fit is not None:
                         fitted, ended = fit
-                        # the flag before the shape, and the last few kept: a reader on another
-                        # thread that took the previous shape still finds that shape's flag
-                        ended_cache[requests] = ended is not None
-                        while len(ended_cache) > _ENDED_KEPT:
-                            ended_cache.pop(next(iter(ended_cache)))
                         fitted_cache.clear()
-                        fitted_cache[requests] = fitted
+                        fitted_cache[requests] = (fitted, ended is not None)
                 if fitted is not None:
                     shape = fitted
             return build_table(
