@@ -37,6 +37,7 @@ __all__ = ["MIN_STREAM", "fit_shape", "fit_shape_with_end", "fit_shapes", "stand
 MIN_STREAM = 4  # rewards a stream needs before its sd says anything
 NODES = np.linspace(-6.0, 6.0, 13)  # nuisance grid, in normal-theory standard errors
 EM_LO, EM_HI, EM_BINS = -8.0, 8.0, 320  # EM histogram: bin width 0.05
+_EM_EDGES = np.linspace(EM_LO, EM_HI, EM_BINS + 1)
 EM_ITERATIONS = 60  # 0.9- and 0.99-quantiles move < 0.02 between 30 and 1000 iterations
 SMOOTHING = 0.1  # sd of the Gaussian smoothing step, in standardised units
 TAIL_MASS = 0.1  # the GPD replaces the histogram above this upper-tail probability
@@ -124,9 +125,6 @@ def fit_shapes(
     ended = _ended_tail(data, f / f.sum(), _EM_EDGES, tail_mass) if read_end else None
     open_shape = _gpd_tail(_rebin(f, _EM_EDGES, edges), edges, tail_mass)
     return open_shape, None if ended is None else _rebin(ended, _EM_EDGES, edges)
-
-
-_EM_EDGES = np.linspace(EM_LO, EM_HI, EM_BINS + 1)
 
 
 class _Nodes:
