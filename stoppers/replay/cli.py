@@ -168,7 +168,7 @@ def _register_replay(subparsers) -> None:
 
 
 def _register_synth(subparsers) -> None:
-    from stoppers.replay.synth import FAMILIES
+    from stoppers.replay.synth import FAMILIES, PRECISIONS
 
     p = subparsers.add_parser(
         "synth",
@@ -184,6 +184,7 @@ def _register_synth(subparsers) -> None:
     p.add_argument("--samples", type=_positive_int, default=960)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--loc-spread", type=float, default=2.0, help="sd of per-prompt location")
+    p.add_argument("--loc-mean", type=float, default=0.0, help="mean of per-prompt location")
     p.add_argument("--scale-median", type=float, default=1.0, help="median per-prompt scale")
     p.add_argument("--scale-spread", type=float, default=0.4, help="sd of log per-prompt scale")
     p.add_argument("--bound", type=float, default=2.0, help="clip bound of 'clipped'")
@@ -195,6 +196,12 @@ def _register_synth(subparsers) -> None:
         type=float,
         default=0.0,
         help="fraction of entries set to NaN (missing samples)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="float64",
+        help="round the rewards to this format (bfloat16: a reward model on a GPU)",
     )
     p.set_defaults(func=run_synth_command)
 
@@ -219,6 +226,8 @@ def run_synth_command(args: argparse.Namespace) -> int:
             bound=args.bound,
             resolution=args.resolution,
             missing_fraction=args.missing_fraction,
+            loc_mean=args.loc_mean,
+            precision=args.precision,
         )
     except ValueError as exc:
         return _fail("synth", str(exc))

@@ -50,6 +50,15 @@ none is among ``mixed``'s choices:
 * ``rare-mode`` — a bulk N(0, 1) and, with a per-prompt weight in [0.01, 0.05], a mode 5
   higher with sd 0.7 (AlpacaEval-like: one response in 20-100 far above the rest).
 
+Output precision (2026-11-30): ``precision="bfloat16"`` (or ``"float16"``, ``"float32"``)
+rounds every reward to that format, as a reward model run in half precision on a GPU returns
+its scores (the reward worker's ``auto`` dtype; vLLM's pooling runner likewise). A bfloat16
+score keeps 8 significant bits, so its step grows with its magnitude - 1/64 in [2, 4), 1/8 in
+[16, 32), 1 in [128, 256) - and most of 960 rewards of one prompt tie. ``loc_mean`` moves every
+prompt's location (default 0): at a reward model's usual level of several units the bfloat16
+lattice is coarse and uneven, where near 0 it is fine. Neither changes the draws: a pool at
+the defaults reproduces from its seed.
+
 The result is reproducible from ``seed`` alone (numpy ``default_rng``).
 """
 
@@ -60,7 +69,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["FAMILIES", "HELD_OUT_2", "SynthSpec", "generate"]
+__all__ = ["FAMILIES", "HELD_OUT_2", "PRECISIONS", "SynthSpec", "generate", "to_precision"]
 
 _BASE_FAMILIES = (
     "normal",
@@ -83,6 +92,7 @@ HELD_OUT_2 = (
     "three-mode",
     "rare-mode",
 )
+PRECISIONS = ("float64", "float32", "bfloat16", "float16")
 _CONTINUOUS_FAMILIES = tuple(f for f in _BASE_FAMILIES if f != "clipped")
 FAMILIES = (
     *_BASE_FAMILIES,
@@ -114,6 +124,8 @@ class SynthSpec:
     bound: float = 2.0
     resolution: float = 0.1
     missing_fraction: float = 0.0
+    loc_mean: float = 0.0
+    precision: str = "float64"
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -126,6 +138,12 @@ class SynthSpec:
             raise ValueError("bound must be > 0 and resolution >= 0")
         if not 0 <= self.missing_fraction < 0.5:
             raise ValueError("missing_fraction must be in [0, 0.5)")
+        if not math.isfinite(self.loc_mean):
+            raise ValueError("loc_mean must be finite")
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -139,7 +157,7 @@ def generate(spec: SynthSpec) -> dict[str, np.ndarray]:
     (3, 5)
     """
     rng = np.random.default_rng(spec.seed)
-    loc = rng.normal(0.0, spec.loc_spread, size=spec.prompts)
+    loc = spec.loc_mean + rng.normal(0.0, spec.loc_spread, size=spec.prompts)
     scale = spec.scale_median * np.exp(rng.normal(0.0, spec.scale_spread, size=spec.prompts))
     if spec.family == "mixed":
         families = rng.choice(np.array(_BASE_FAMILIES), size=spec.prompts)
@@ -156,6 +174,7 @@ def generate(spec: SynthSpec) -> dict[str, np.ndarray]:
         elif family == "rounded":
             row = _clip_and_round(row, math.inf, spec.resolution)
         rewards[i] = row
+    rewards = to_precision(rewards, spec.precision)
     if spec.missing_fraction > 0:
         holes = rng.random(rewards.shape) < spec.missing_fraction
         holes[:, :2] = False  # every prompt keeps at least two samples
@@ -166,6 +185,27 @@ def generate(spec: SynthSpec) -> dict[str, np.ndarray]:
         "loc": loc,
         "scale": scale,
     }
+
+
+def to_precision(rewards: np.ndarray, precision: str) -> np.ndarray:
+    """``rewards`` rounded to ``precision`` (nearest, ties to even) and returned as float64.
+
+    numpy has no bfloat16: a bfloat16 is the top 16 bits of a float32, so the float32's bits
+    are rounded to those (stoppers import only numpy and scipy, not torch).
+
+    >>> to_precision(np.array([3.171875, 3.17, 20.3, -0.1]), "bfloat16").tolist()
+    [3.171875, 3.171875, 20.25, -0.10009765625]
+    """
+    if precision == "float64":
+        return np.asarray(rewards, dtype=np.float64)
+    if precision in ("float32", "float16"):
+        return np.asarray(rewards).astype(precision).astype(np.float64)
+    if precision != "bfloat16":
+        raise ValueError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
+    bits = np.asarray(rewards, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    lower = (bits >> 16) & 1  # round half to even on the bit that stays
+    rounded = ((bits + 0x7FFF + lower) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
 def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndarray:

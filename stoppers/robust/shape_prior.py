@@ -84,7 +84,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from stoppers.robust.ceiling import RewardCeiling, RewardFloor
+from stoppers.robust.ceiling import RewardCeiling, RewardFloor, ceiling_of, floor_of
 from stoppers.robust.likelihood_cost import (
     EDGES,
     TIED_MAX,
@@ -120,6 +120,12 @@ LIKELIHOOD_MIN_STREAMS = 10  # fewer kept streams (a restored old snapshot): the
 # of 280 (seed-0 pools), none from 16 (likelihood_cost.MODE_DIP); a unimodal deployment misread
 # as bimodal would run the multiplier rule, which under-delivers on long tails.
 MULTIMODAL_MIN_REQUESTS = 16
+# A lattice this fine against the streams' spread (median stream sd) is rounding, not a judge's
+# levels: bfloat16 scores (8 significant bits) at a reward model's usual level of ~20 step by
+# 1/8, and their streams tie though their density is as continuous as float32's. There the
+# two-mode test reads the fit as for continuous rewards (multimodal_shape); at 0.25 sd and
+# coarser (rounded or integer scores) it does not, as before.
+FINE_LATTICE = 0.2
 
 
 @dataclass
@@ -329,6 +335,18 @@ class ShapePrior:
         judge ratings), else None."""
         return shared_step([facts.step for facts in self.stream_facts()])
 
+    def fine_lattice(self) -> bool:
+        """The kept streams tie only by rounding: they sit on a lattice whose step is at most
+        ``FINE_LATTICE`` of their median sd, and the deployment has no established ceiling or
+        floor (a clip's point mass, which a density cannot fit). bfloat16 scores at a level of
+        ~20 tie so; their fitted shape's modes are read as continuous rewards' are
+        (docs/robust-stopping.md, "Rewards in bfloat16")."""
+        step = self.lattice_step()
+        if step is None or ceiling_of(self) is not None or floor_of(self) is not None:
+            return False
+        spreads = [facts.sd for facts in self.stream_facts() if facts.sd > 0.0]
+        return bool(spreads) and step <= FINE_LATTICE * float(np.median(spreads))
+
     def _tie_flags(self) -> list[bool | None]:
         """stream_ties of each kept stream, in step with them (recounted after a restore)."""
         return [facts.tied for facts in self.stream_facts()]
@@ -362,8 +380,9 @@ class ShapePrior:
     def multimodal_shape(self) -> FittedShape | None:
         """The newest table build's likelihood shape if it has more than one mode, was fitted
         to at least ``MULTIMODAL_MIN_REQUESTS`` requests' streams, the kept streams are
-        continuous (at most ``TIED_MAX`` of them repeat their rewards), and they do not end its
-        upper tail; else None.
+        continuous (at most ``TIED_MAX`` of them repeat their rewards, or they tie only by
+        rounding: :meth:`fine_lattice`, since 2026-11-30), and they do not end its upper tail;
+        else None.
 
         Never fits: it reads the fit the table builds made (None before the first). Where it
         is not None the target default decides with
@@ -382,7 +401,7 @@ class ShapePrior:
         if not builds:
             return None
         tied = self.tied_streams()
-        if tied > TIED_MAX:
+        if tied > TIED_MAX and not self.fine_lattice():
             return None
         requests, (p, ended) = builds[-1]
         if requests < MULTIMODAL_MIN_REQUESTS or ended:
@@ -516,13 +535,14 @@ class StreamFacts(NamedTuple):
     size: int
     # its largest reward standardised by its own mean and sd (None: no spread)
     z_max: float | None
+    sd: float  # its sample sd (ddof 1; 0.0 for fewer than 2 rewards or none)
 
 
 def _stream_facts(stream: list[float]) -> StreamFacts:
     x = np.asarray(stream, dtype=np.float64)
     sd = float(x.std(ddof=1)) if x.size > 1 else 0.0
     z_max = (float(x.max()) - float(x.mean())) / sd if sd > 0.0 else None
-    return StreamFacts(stream_ties(stream), stream_step(stream), x.size, z_max)
+    return StreamFacts(stream_ties(stream), stream_step(stream), x.size, z_max, sd)
 
 
 def _streams_of(streams: Any) -> list[list[float]]:
