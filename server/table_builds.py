@@ -2,7 +2,7 @@
 
 Why: the target-mode prior (:class:`stoppers.robust.shape_prior.ShapePrior`) derives a Monte
 Carlo calibrated stop table per (target, min_samples, horizon, alpha) - ~0.1-0.3 s of CPU, again
-each time the prior's request count doubles - and the cost-mode prior
+each time the prior's request count doubles, at most every 64 requests - and the cost-mode prior
 (:class:`stoppers.robust.cost_prior.CostShapePrior`) its likelihood shape (0.1-3 s, again as
 requests grow by half, at most every 256). Built inside the policy constructor, i.e. on the
 gateway's event loop, it would freeze every other request for that long, and a client choosing

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from server.table_builds import THREAD_NAME, TableBuilds
-from stoppers.robust import shape_prior
+from stoppers.robust import shape_prior, stop_table
 from stoppers.robust.pooled_target import PooledTargetAcceptance
 from stoppers.robust.shape_prior import MAX_TABLES, ShapePrior
 
@@ -300,3 +300,46 @@ def test_less_shrinkage_evens_out_wide_and_narrow_prompts():
             ns.append(policy.n)
         stops[name] = float(np.mean(ns))
     assert stops["loose"] > stops["full"]  # held to its own (wide) scale: samples longer
+
+
+def test_tables_are_rebuilt_every_rebuild_every_requests_not_only_when_the_count_doubles(
+    cheap_tables,
+):
+    """A long-running deployment whose traffic drifts: a table built at 300 requests was stale
+    only at 600 before 2026-11-30; now at 300 + REBUILD_EVERY. Early on the doubling decides."""
+    prior = _learned(prompts=12)
+    key = prior.table_key(0.9, min_samples=8, horizon=64)
+    prior.table(0.9, min_samples=8, horizon=64)
+    _grow(prior, 11)  # 23 < 24 = 2 x 12: fresh
+    assert not prior.is_stale(key)
+    _grow(prior, 1)
+    assert prior.is_stale(key)
+    _grow(prior, 300 - prior.requests)
+    prior.table(0.9, min_samples=8, horizon=64)
+    assert cheap_tables[-1] == (0.9, 8, 64) and not prior.is_stale(key)
+    _grow(prior, shape_prior.REBUILD_EVERY - 1)
+    assert not prior.is_stale(key)
+    _grow(prior, 1)
+    assert prior.is_stale(key)
+
+
+def test_the_scales_forget_past_scale_memory_requests():
+    """Below SCALE_MEMORY requests every request counts once, as before; past it the old ones
+    fade, so after the scales double the scale prior follows the new requests: after twice
+    SCALE_MEMORY of them the old weigh e^-2. Counted, the old third would hold the mean log sd
+    at 2/3 of log 2."""
+    rng = np.random.default_rng(4)
+    prior = ShapePrior()
+    memory = shape_prior.SCALE_MEMORY
+    for _ in range(memory):
+        prior.update(rng.normal(0, 2) + rng.standard_normal(40))
+    assert prior.s_counts.sum() == pytest.approx(memory)
+    before = stop_table.scale_prior(prior.s_counts)[0]
+    assert abs(before) < 0.1
+    for _ in range(2 * memory):
+        prior.update(rng.normal(0, 2) + 2.0 * rng.standard_normal(40))
+    assert prior.s_counts.sum() == pytest.approx(memory)
+    assert prior.z_counts.sum() < memory * 40  # the recorded shape forgets alike
+    after = stop_table.scale_prior(prior.s_counts)[0]
+    assert 0.8 * math.log(2.0) < after < 1.05 * math.log(2.0)  # 1 - e^-2 of the way
+    assert prior.requests == 3 * memory  # the count of requests learned is not a weight

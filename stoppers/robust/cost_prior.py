@@ -172,6 +172,7 @@ class CostShapePrior(ShapePrior):
         sd = float(x.std(ddof=1))
         if not sd > 0.0:
             return tail_learned
+        self.forget()
         self.s_counts[s_bin(np.array([math.log(sd)]))[0]] += 1.0
         self.requests += 1
         if self.likelihood:  # short streams too: leaving them out would select on the data
