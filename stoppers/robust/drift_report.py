@@ -51,12 +51,12 @@ def drift_run(
         raise ValueError(f"mode must be 'target' or 'cost', got {mode!r}")
     acceptance = np.empty((deployments, len(pools)))
     samples = np.empty((deployments, len(pools)), dtype=np.int64)
+    make = default_target_policy if mode == "target" else default_cost_policy
     for d in range(deployments):
         rng = np.random.default_rng([seed, d])
         prior = new_deployment_prior(mode)
         for i, pool in enumerate(pools):
             stream = pool[rng.permutation(pool.size)]
-            make = default_target_policy if mode == "target" else default_cost_policy
             policy = make(level, max_samples=pool.size, prior=prior)
             seen: list[float] = []
             for reward in stream:
