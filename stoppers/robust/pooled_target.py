@@ -51,14 +51,13 @@ from stoppers.robust.likelihood_cost import evaluation_due
 from stoppers.robust.multiplier_target import MultiplierTargetRule
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.shape_prior import ShapePrior
-from stoppers.robust.stop_table import StopTable, scale_prior
+from stoppers.robust.stop_table import MAX_HORIZON, StopTable, scale_prior
 from stoppers.robust.target import TailTargetAcceptance
 from stoppers.robust.tracker import BestTies
 
 __all__ = ["COLD_START", "PooledTargetAcceptance"]
 
 COLD_START = 10
-MAX_SIM_HORIZON = 1024
 
 
 class PooledTargetAcceptance(StoppingPolicy):
@@ -101,7 +100,7 @@ class PooledTargetAcceptance(StoppingPolicy):
         self._table: StopTable | None = None
         self._fallback: TailTargetAcceptance | None = None
         if prior is not None and prior.requests >= cold_start:
-            horizon = min(max_samples or MAX_SIM_HORIZON, MAX_SIM_HORIZON)
+            horizon = min(max_samples or MAX_HORIZON, MAX_HORIZON)
             self._table = prior.table(
                 target, min_samples=self.min_samples, horizon=horizon, alpha=self.alpha
             )

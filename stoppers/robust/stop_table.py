@@ -55,13 +55,14 @@ LOG_S_GRID = np.linspace(-4.0, 4.0, 33)  # where z_star is tabulated (relative t
 SIM_STREAMS = 800
 SIM_HORIZON = 256  # simulated streams stop here (longer runs are rare at targets <= 0.95) ...
 # ... unless more than TRUNCATED_MAX of them have not stopped by then: then they are drawn on
-# to EXTENDED_HORIZON (at most the request's budget) and the rule calibrated again. Where
+# to the table's horizon (the request's budget, at most MAX_HORIZON) and the rule calibrated
+# again. Where
 # rewards spread by several units (a reward model's usual sd of 2-5, where acceptance is all
 # but 0 or 1) the rule needs hundreds of draws on a few percent of prompts; calibrated on
 # streams cut at 256 it delivered 0.997 for a 0.95 target at sd ~20, half its requests running
 # to the 960 budget (docs/robust-stopping.md, "Rewards that spread by several units").
 TRUNCATED_MAX = 0.005
-EXTENDED_HORIZON = 1024
+MAX_HORIZON = 1024  # the longest simulated stream; a table's horizon is capped at it
 SLOPES = (1.5, 3.0, 5.0, 8.0)  # candidate small-sample slopes of the offset
 MIN_SCALE_SHRINK = 1e-6  # scale_shrink 0: the prior still names a scale before any sd exists
 # The calibrated rule runs only where, on the table's own simulated streams, it draws at least
@@ -252,10 +253,10 @@ def calibrate(
     """Bisect the offset so that the simulated rule's mean acceptance equals the target; with
     ``step``, on streams rounded to the deployment's lattice (:func:`on_lattice`). Where more
     than ``TRUNCATED_MAX`` of the simulated streams would not have stopped by ``SIM_HORIZON``,
-    calibrated again on the streams drawn on to ``EXTENDED_HORIZON`` (at most ``horizon``)."""
+    calibrated again on the streams drawn on to ``horizon`` (at most ``MAX_HORIZON``)."""
     z, log_s = simulated_streams(w, sw, horizon, seed)
     calibrated, truncated = _calibrated(table, z, log_s, q_alpha, min_samples, seed, step)
-    longer = min(horizon, EXTENDED_HORIZON)
+    longer = min(horizon, MAX_HORIZON)
     if truncated > TRUNCATED_MAX and longer > z.shape[1]:
         z = _drawn_on(z, w, longer, seed)
         calibrated, _ = _calibrated(table, z, log_s, q_alpha, min_samples, seed, step)
@@ -301,7 +302,7 @@ def _calibrated(
         if best_choice is None or samples < best_choice[3]:
             best_choice = (hi, slope, acc, samples, float((dmax[:, -1] < hi).mean()))
     hi, slope, acc, samples, truncated = best_choice
-    table = StopTable(
+    calibrated = StopTable(
         **{
             **table.__dict__,
             "offset": hi,
@@ -312,7 +313,7 @@ def _calibrated(
             "fixed_n": fixed_n_for(acc_at.mean(axis=0), acc, samples, table.target, min_samples),
         }
     )
-    return table, truncated
+    return calibrated, truncated
 
 
 def fixed_n_for(
