@@ -47,6 +47,29 @@ def test_no_prior_matches_the_engine_loop():
     assert all(sorted(row) == list(range(len(pools))) for row in run.prompt)
 
 
+def test_in_order_serves_the_rows_in_order_on_the_same_streams():
+    """``in_order`` (a drifting deployment, drift_report): every deployment serves the prompts
+    in row order, each prompt on the stream the shuffled replay gives it."""
+    rewards = _rewards()
+
+    def run(in_order: bool):
+        return replay_deployment(
+            rewards,
+            lambda prior: TargetAcceptance(0.8, max_samples=25, min_samples=3),
+            None,
+            orderings=4,
+            seed=11,
+            max_samples=25,
+            in_order=in_order,
+        )
+
+    shuffled, ordered = run(False), run(True)
+    assert (ordered.prompt == np.arange(rewards.shape[0])).all()
+    assert not (shuffled.prompt == np.arange(rewards.shape[0])).all()
+    np.testing.assert_array_equal(ordered.outcome().n, shuffled.outcome().n)
+    np.testing.assert_array_equal(ordered.outcome().best, shuffled.outcome().best)
+
+
 def test_savings_and_profit_match_the_engine():
     rewards = _rewards()
     pools = [row[np.isfinite(row)] for row in rewards]

@@ -103,10 +103,13 @@ def replay_deployment(
     seed: int,
     max_samples: int | None = None,
     tasks: Sequence[str] | None = None,
+    in_order: bool = False,
 ) -> DeploymentReplay:
     """Serve every prompt of ``rewards`` (NaN = missing) once per simulated deployment.
 
-    Deployment ``o`` shuffles the prompts with ``default_rng([seed, o, 1])``; its prompt ``i``
+    Deployment ``o`` shuffles the prompts with ``default_rng([seed, o, 1])`` (``in_order``:
+    serves them in row order, as a deployment whose rewards drift from the first rows' regime
+    to the last's; :mod:`stoppers.robust.drift_report`); its prompt ``i``
     streams row ``o`` of that prompt's seeded orderings, cut at ``min(pool, max_samples)``.
     The policy may stop earlier; if it has not stopped when the stream ends, the stop reason is
     ``"budget"``. ``new_prior=None`` runs without a prior (``make_policy(None)``).
@@ -135,7 +138,10 @@ def replay_deployment(
     updates = np.zeros(shape, dtype=bool)
     learned_before = np.zeros(shape, dtype=np.int64)
     for o in range(orderings):
-        order = np.random.default_rng([int(seed), o, 1]).permutation(count)
+        if in_order:
+            order = np.arange(count)
+        else:
+            order = np.random.default_rng([int(seed), o, 1]).permutation(count)
         priors: dict[str, DeploymentPrior] = {}
         counted: dict[str, int] = {}
         for pos, i in enumerate(order):

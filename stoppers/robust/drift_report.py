@@ -8,8 +8,9 @@ each deployment serves the first ``prompts`` prompts of A, then those of B, in o
 prior; the report gives, per window of requests, the mean delivered acceptance and rewards drawn
 (target mode) or the mean profit (cost mode), beside a fresh prior serving B alone.
 
-Each prompt's rewards are served in a seeded random order (a new one per deployment); acceptance
-is against the prompt's alpha = 0.99 quantile of its whole pool, as in the replay reports.
+Each prompt's rewards are served in the seeded order sequential replay gives its row (a new one
+per deployment); acceptance is against the prompt's alpha = 0.99 quantile of its whole pool, as
+in the replay reports.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import numpy as np
 
 from stoppers.adaptive import default_cost_policy, default_target_policy
 from stoppers.deployment import new_deployment_prior
-from stoppers.replay.metrics import acceptance_rate
+from stoppers.replay.deployment import replay_deployment
+from stoppers.replay.metrics import acceptance_rate, benchmark
 
 __all__ = ["DriftRun", "drift_run", "main"]
 
@@ -46,28 +48,25 @@ def drift_run(
     seed: int = 0,
 ) -> DriftRun:
     """Serve ``pools`` (one reward row per prompt, NaN-free) in order to one prior per
-    deployment; ``level`` is the target (``mode="target"``) or the cost (``"cost"``)."""
+    deployment (:func:`~stoppers.replay.deployment.replay_deployment` with ``in_order``);
+    ``level`` is the target (``mode="target"``) or the cost (``"cost"``)."""
     if mode not in ("target", "cost"):
         raise ValueError(f"mode must be 'target' or 'cost', got {mode!r}")
-    acceptance = np.empty((deployments, len(pools)))
-    samples = np.empty((deployments, len(pools)), dtype=np.int64)
+    width = max(pool.size for pool in pools)
+    rewards = np.full((len(pools), width), np.nan)
+    for i, pool in enumerate(pools):
+        rewards[i, : pool.size] = pool
     make = default_target_policy if mode == "target" else default_cost_policy
-    for d in range(deployments):
-        rng = np.random.default_rng([seed, d])
-        prior = new_deployment_prior(mode)
-        for i, pool in enumerate(pools):
-            stream = pool[rng.permutation(pool.size)]
-            policy = make(level, max_samples=pool.size, prior=prior)
-            seen: list[float] = []
-            for reward in stream:
-                seen.append(float(reward))
-                if policy.observe(float(reward)):
-                    break
-            kappa = np.quantile(pool, ALPHA, method="inverted_cdf")
-            acceptance[d, i] = float(acceptance_rate(policy.best, kappa))
-            samples[d, i] = len(seen)
-            prior.update(seen)
-    return DriftRun(acceptance, samples)
+    replay = replay_deployment(
+        rewards,
+        lambda prior: make(level, max_samples=width, prior=prior),
+        lambda: new_deployment_prior(mode),
+        orderings=deployments,
+        seed=seed,
+        in_order=True,
+    )
+    kappa = np.array([benchmark(pool, ALPHA) for pool in pools])
+    return DriftRun(acceptance_rate(replay.kept, kappa[None, :]), replay.samples)
 
 
 def _rows(path: str, prompts: int) -> list[np.ndarray]:
