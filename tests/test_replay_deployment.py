@@ -22,17 +22,23 @@ def _rewards(prompts=6, samples=40, seed=3):
     return r
 
 
-def test_no_prior_matches_the_engine_loop():
-    rewards = _rewards()
-    pools = [row[np.isfinite(row)] for row in rewards]
-    run = replay_deployment(
+def _without_prior(rewards, orderings: int, *, in_order: bool = False):
+    """A policy that learns nothing (TargetAcceptance 0.8, at most 25 samples), seed 11."""
+    return replay_deployment(
         rewards,
         lambda prior: TargetAcceptance(0.8, max_samples=25, min_samples=3),
         None,
-        orderings=5,
+        orderings=orderings,
         seed=11,
         max_samples=25,
+        in_order=in_order,
     )
+
+
+def test_no_prior_matches_the_engine_loop():
+    rewards = _rewards()
+    pools = [row[np.isfinite(row)] for row in rewards]
+    run = _without_prior(rewards, 5)
     batch = PromptBatch.build(
         pools, range(len(pools)), permutations=5, seed=11, alpha=0.99, max_samples=25
     )
@@ -51,19 +57,7 @@ def test_in_order_serves_the_rows_in_order_on_the_same_streams():
     """``in_order`` (a drifting deployment, drift_report): every deployment serves the prompts
     in row order, each prompt on the stream the shuffled replay gives it."""
     rewards = _rewards()
-
-    def run(in_order: bool):
-        return replay_deployment(
-            rewards,
-            lambda prior: TargetAcceptance(0.8, max_samples=25, min_samples=3),
-            None,
-            orderings=4,
-            seed=11,
-            max_samples=25,
-            in_order=in_order,
-        )
-
-    shuffled, ordered = run(False), run(True)
+    shuffled, ordered = _without_prior(rewards, 4), _without_prior(rewards, 4, in_order=True)
     assert (ordered.prompt == np.arange(rewards.shape[0])).all()
     assert not (shuffled.prompt == np.arange(rewards.shape[0])).all()
     np.testing.assert_array_equal(ordered.outcome().n, shuffled.outcome().n)
