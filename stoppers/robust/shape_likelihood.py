@@ -55,8 +55,9 @@ END_EVIDENCE = 6.9
 # rewards (3 seeds each; docs/robust-stopping.md, "A better mode in the top tenth"): on 256
 # streams 221-273 for rare-mode and three-mode, at most 16 for normal, Gumbel, Student-t,
 # logistic and mixture, below 0 for lognormal, exponential and pareto; on 40 streams 32-52 for
-# the two, at most 13 for ten families with a smooth tail. The histogram's extra freedom buys
-# about the same on few streams as on many; a real mode's evidence grows with the streams.
+# the two, at most 13 for eight families without a mode in the top tenth. The histogram's extra
+# freedom buys about the same on few streams as on many; a real mode's evidence grows with the
+# streams.
 TAIL_MODE_EVIDENCE = 25.0
 
 
@@ -150,8 +151,8 @@ def _tail_has_a_mode(data: _Nodes, f: np.ndarray, width: float, tail_mass: float
     3.53 and 7.29 against the true 3.79 and 4.73; the histogram's own tail 3.83 and 4.51), and
     target mode under-delivered on rare-mode rewards at sd 3.5 (docs/robust-stopping.md,
     "A better mode in the top tenth"). There the histogram's tail wins by 32-52 in log
-    likelihood on 40 streams (220-273 on 256); on ten families with a smooth tail it won by at
-    most 16 or lost.
+    likelihood on 40 streams (220-273 on 256); on eleven families without such a mode (eight
+    at each count) it won by at most 16 or lost.
     """
     gpd = _gpd_tail(f, _EM_EDGES, tail_mass)
     return _log_evidence(data, f, width) - _log_evidence(data, gpd, width) > TAIL_MODE_EVIDENCE
