@@ -20,7 +20,6 @@ import numpy as np
 
 from stoppers.robust.likelihood_cost import FittedShape
 from stoppers.robust.shape_prior import ShapePrior
-from stoppers.robust.stop_table import s_bin
 
 __all__ = [
     "COST_PRIOR_MIN_REWARDS",
@@ -173,10 +172,7 @@ class CostShapePrior(ShapePrior):
         if not sd > 0.0:
             return tail_learned
         self.forget()
-        self.s_counts[s_bin(np.array([math.log(sd)]))[0]] += 1.0
-        self.requests += 1
-        if self.likelihood:  # short streams too: leaving them out would select on the data
-            self.keep_stream(x)
+        self.count_request(x, sd)  # short streams too: leaving them out would select on the data
         return True
 
     def stream_maxima(self) -> tuple[np.ndarray, np.ndarray]:

@@ -240,11 +240,16 @@ class ShapePrior:
         z = self._standardise(x)
         self.forget()
         self.z_counts += np.bincount(z_bin(z), minlength=Z_BINS)
+        self.count_request(x, sd)
+        return True
+
+    def count_request(self, x: np.ndarray, sd: float) -> None:
+        """Count one learned request (after :meth:`forget`): its sd in the scale histogram, the
+        request count, and its stream where the likelihood shape is kept."""
         self.s_counts[s_bin(np.array([math.log(sd)]))[0]] += 1.0
         self.requests += 1
         if self.likelihood:
             self.keep_stream(x)
-        return True
 
     def forget(self) -> None:
         """Make room for one more request's counts: once the scale histogram holds

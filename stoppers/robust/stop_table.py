@@ -56,11 +56,11 @@ SIM_STREAMS = 800
 SIM_HORIZON = 256  # simulated streams stop here (longer runs are rare at targets <= 0.95) ...
 # ... unless more than TRUNCATED_MAX of them have not stopped by then: then they are drawn on
 # to the table's horizon (the request's budget, at most MAX_HORIZON) and the rule calibrated
-# again. Where
-# rewards spread by several units (a reward model's usual sd of 2-5, where acceptance is all
-# but 0 or 1) the rule needs hundreds of draws on a few percent of prompts; calibrated on
-# streams cut at 256 it delivered 0.997 for a 0.95 target at sd ~20, half its requests running
-# to the 960 budget (docs/robust-stopping.md, "Rewards that spread by several units").
+# again. Where rewards spread by several units (a reward model's usual sd of 2-5, where
+# acceptance is all but 0 or 1) the rule needs hundreds of draws on a few percent of prompts;
+# calibrated on streams cut at 256 it delivered 0.997 for a 0.95 target at sd ~20, half its
+# requests running to the 960 budget (docs/robust-stopping.md, "Rewards that spread by several
+# units").
 TRUNCATED_MAX = 0.005
 MAX_HORIZON = 1024  # the longest simulated stream; a table's horizon is capped at it
 SLOPES = (1.5, 3.0, 5.0, 8.0)  # candidate small-sample slopes of the offset
