@@ -180,6 +180,21 @@ def _register_synth(subparsers) -> None:
     )
     p.add_argument("out", metavar="OUT", help="output .npz (array 'rewards' plus metadata)")
     p.add_argument("--family", choices=FAMILIES, default="normal")
+    p.add_argument(
+        "--from-pool",
+        metavar="FILE",
+        help=(
+            "redraw a recorded pool (.npz/.npy/.jsonl) to --samples per prompt instead of a "
+            "family: a smoothed bootstrap of each row, clipped scores kept "
+            "(stoppers/replay/smoothed.py); --prompts caps the rows"
+        ),
+    )
+    p.add_argument(
+        "--bandwidth",
+        type=float,
+        default=0.5,
+        help="with --from-pool: sd of the jitter added to each unclipped reward (reward units)",
+    )
     p.add_argument("--prompts", type=_positive_int, default=200)
     p.add_argument("--samples", type=_positive_int, default=960)
     p.add_argument("--seed", type=int, default=0)
@@ -206,6 +221,50 @@ def _register_synth(subparsers) -> None:
     p.set_defaults(func=run_synth_command)
 
 
+def _run_smoothed(args: argparse.Namespace) -> int:
+    """``pandora synth --from-pool``: a recorded pool redrawn to ``--samples`` per prompt."""
+    from stoppers.replay.loaders import ReplayInputError, load_rewards
+    from stoppers.replay.smoothed import smoothed_pool
+
+    out = Path(args.out)
+    if out.suffix != ".npz":
+        return _fail("synth", f"{out}: the output must be a .npz file")
+    try:
+        source = load_rewards(args.from_pool)
+    except ReplayInputError as exc:
+        return _fail("synth", str(exc))
+    width = max(row.size for row in source.rewards)
+    matrix = np.full((len(source.rewards), width), np.nan)
+    for i, row in enumerate(source.rewards):
+        matrix[i, : row.size] = row
+    try:
+        rewards = smoothed_pool(
+            matrix,
+            samples=args.samples,
+            bandwidth=args.bandwidth,
+            seed=args.seed,
+            prompts=args.prompts,
+        )
+    except ValueError as exc:
+        return _fail("synth", str(exc))
+    meta = {
+        "from_pool": str(args.from_pool),
+        "bandwidth": args.bandwidth,
+        "samples": args.samples,
+        "seed": args.seed,
+    }
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(out, meta=np.array(json.dumps(meta)), rewards=rewards)
+    except OSError as exc:
+        return _fail("synth", f"{out}: cannot write ({exc.strerror})")
+    print(
+        f"wrote {out}: rewards [{rewards.shape[0]} x {rewards.shape[1]}] redrawn from "
+        f"{args.from_pool} (bandwidth {args.bandwidth:g}), seed {args.seed}"
+    )
+    return 0
+
+
 def _fail(command: str, message: str) -> int:
     print(f"pandora {command}: error: {message}", file=sys.stderr)
     return 2
@@ -214,6 +273,8 @@ def _fail(command: str, message: str) -> int:
 def run_synth_command(args: argparse.Namespace) -> int:
     from stoppers.replay.synth import SynthSpec, generate
 
+    if args.from_pool is not None:
+        return _run_smoothed(args)
     try:
         spec = SynthSpec(
             family=args.family,
