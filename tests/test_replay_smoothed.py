@@ -102,3 +102,11 @@ def test_cli_names_a_missing_source(tmp_path, capsys) -> None:
     code = replay_main(["synth", str(tmp_path / "o.npz"), "--from-pool", str(tmp_path / "no.npz")])
     assert code == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_cli_wants_an_npz_output(tmp_path, capsys) -> None:
+    source = tmp_path / "pool.npz"
+    np.savez(source, rewards=np.zeros((2, 3)))
+    code = replay_main(["synth", str(tmp_path / "o.txt"), "--from-pool", str(source)])
+    assert code == 2
+    assert "must be a .npz" in capsys.readouterr().err

@@ -227,8 +227,6 @@ def _run_smoothed(args: argparse.Namespace) -> int:
     from stoppers.replay.smoothed import smoothed_pool
 
     out = Path(args.out)
-    if out.suffix != ".npz":
-        return _fail("synth", f"{out}: the output must be a .npz file")
     try:
         source = load_rewards(args.from_pool)
     except ReplayInputError as exc:
@@ -249,20 +247,30 @@ def _run_smoothed(args: argparse.Namespace) -> int:
         return _fail("synth", str(exc))
     meta = {
         "from_pool": str(args.from_pool),
+        "prompts": int(rewards.shape[0]),
         "bandwidth": args.bandwidth,
         "samples": args.samples,
         "seed": args.seed,
     }
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(out, meta=np.array(json.dumps(meta)), rewards=rewards)
-    except OSError as exc:
-        return _fail("synth", f"{out}: cannot write ({exc.strerror})")
+    if not _saved(out, meta, {"rewards": rewards}):
+        return 2
     print(
         f"wrote {out}: rewards [{rewards.shape[0]} x {rewards.shape[1]}] redrawn from "
         f"{args.from_pool} (bandwidth {args.bandwidth:g}), seed {args.seed}"
     )
     return 0
+
+
+def _saved(out: Path, meta: dict, arrays: dict[str, np.ndarray]) -> bool:
+    """Write a synthetic pool (its ``meta`` as JSON beside the arrays); False, with the error
+    said, where it cannot be written."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(out, meta=np.array(json.dumps(meta)), **arrays)
+    except OSError as exc:
+        _fail("synth", f"{out}: cannot write ({exc.strerror})")
+        return False
+    return True
 
 
 def _fail(command: str, message: str) -> int:
@@ -273,6 +281,9 @@ def _fail(command: str, message: str) -> int:
 def run_synth_command(args: argparse.Namespace) -> int:
     from stoppers.replay.synth import SynthSpec, generate
 
+    out = Path(args.out)
+    if out.suffix != ".npz":
+        return _fail("synth", f"{out}: the output must be a .npz file")
     if args.from_pool is not None:
         return _run_smoothed(args)
     try:
@@ -292,15 +303,9 @@ def run_synth_command(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         return _fail("synth", str(exc))
-    out = Path(args.out)
-    if out.suffix != ".npz":
-        return _fail("synth", f"{out}: the output must be a .npz file")
     arrays = generate(spec)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(out, meta=np.array(json.dumps(spec.to_dict())), **arrays)
-    except OSError as exc:
-        return _fail("synth", f"{out}: cannot write ({exc.strerror})")
+    if not _saved(out, spec.to_dict(), arrays):
+        return 2
     missing = int(np.isnan(arrays["rewards"]).sum())
     print(
         f"wrote {out}: rewards [{spec.prompts} x {spec.samples}] family {spec.family}, "
