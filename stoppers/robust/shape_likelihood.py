@@ -61,51 +61,24 @@ END_EVIDENCE = 6.9
 TAIL_MODE_EVIDENCE = 25.0
 
 
-def fit_shape(
-    streams: Sequence[Sequence[float]],
-    edges: np.ndarray,
-    *,
-    iterations: int = EM_ITERATIONS,
-    smoothing: float = SMOOTHING,
-    tail_mass: float = TAIL_MASS,
-) -> np.ndarray | None:
+def fit_shape(streams: Sequence[Sequence[float]], edges: np.ndarray) -> np.ndarray | None:
     """The standardised shape (mean 0, sd 1) as probabilities of the bins ``edges``, its tail
     the histogram's (:func:`fit_shape_with_end` lets the streams end it).
 
     ``streams``: each request's rewards in observation order (streams with fewer than
     ``MIN_STREAM`` rewards or no spread are skipped). None if no stream is usable.
     """
-    fit = fit_shape_with_end(
-        streams,
-        edges,
-        iterations=iterations,
-        smoothing=smoothing,
-        tail_mass=tail_mass,
-        read_end=False,
-    )
+    fit = fit_shapes(streams, edges, read_end=False)
     return None if fit is None else fit[0]
 
 
 def fit_shape_with_end(
-    streams: Sequence[Sequence[float]],
-    edges: np.ndarray,
-    *,
-    iterations: int = EM_ITERATIONS,
-    smoothing: float = SMOOTHING,
-    tail_mass: float = TAIL_MASS,
-    read_end: bool = True,
+    streams: Sequence[Sequence[float]], edges: np.ndarray
 ) -> tuple[np.ndarray, bool] | None:
     """(shape, ended): :func:`fit_shape`, and whether the streams ended its tail
-    (:func:`_ended_tail`: a bounded GPD fitted to them beat the histogram's tail; always False
-    without ``read_end``): the ended shape where they did, else the open one."""
-    fit = fit_shapes(
-        streams,
-        edges,
-        iterations=iterations,
-        smoothing=smoothing,
-        tail_mass=tail_mass,
-        read_end=read_end,
-    )
+    (:func:`_ended_tail`: a bounded GPD fitted to them beat the histogram's tail): the ended
+    shape where they did, else the open one. The EM's settings are :func:`fit_shapes`'s."""
+    fit = fit_shapes(streams, edges)
     if fit is None:
         return None
     open_shape, ended = fit
