@@ -110,3 +110,12 @@ def test_cli_wants_an_npz_output(tmp_path, capsys) -> None:
     code = replay_main(["synth", str(tmp_path / "o.txt"), "--from-pool", str(source)])
     assert code == 2
     assert "must be a .npz" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_family_with_a_pool(tmp_path, capsys) -> None:
+    source = tmp_path / "pool.npz"
+    np.savez(source, rewards=np.zeros((2, 3)))
+    argv = ["synth", str(tmp_path / "o.npz"), "--from-pool", str(source), "--family", "gumbel"]
+    assert replay_main(argv) == 2
+    assert "--family does not apply" in capsys.readouterr().err
+    assert not (tmp_path / "o.npz").exists()

@@ -179,7 +179,7 @@ def _register_synth(subparsers) -> None:
         ),
     )
     p.add_argument("out", metavar="OUT", help="output .npz (array 'rewards' plus metadata)")
-    p.add_argument("--family", choices=FAMILIES, default="normal")
+    p.add_argument("--family", choices=FAMILIES, default=None, help="default: normal")
     p.add_argument(
         "--from-pool",
         metavar="FILE",
@@ -285,10 +285,12 @@ def run_synth_command(args: argparse.Namespace) -> int:
     if out.suffix != ".npz":
         return _fail("synth", f"{out}: the output must be a .npz file")
     if args.from_pool is not None:
+        if args.family is not None:
+            return _fail("synth", "--family does not apply with --from-pool (the pool's rows are)")
         return _run_smoothed(args)
     try:
         spec = SynthSpec(
-            family=args.family,
+            family=args.family or "normal",
             prompts=args.prompts,
             samples=args.samples,
             seed=args.seed,
