@@ -78,6 +78,17 @@ def test_bad_arguments_are_named(kwargs: dict, message: str) -> None:
         smoothed_pool(np.zeros((2, 3)), **args)
 
 
+def test_ragged_rows_and_a_padded_matrix_give_the_same_pool() -> None:
+    rows = [np.array([-9.0, -9.0, 1.0]), np.array([0.0, 2.0, 5.0, -9.0])]
+    padded = np.array([[-9.0, -9.0, 1.0, np.nan], [0.0, 2.0, 5.0, -9.0]])
+    np.testing.assert_array_equal(
+        smoothed_pool(rows, samples=50, bandwidth=0.3, seed=2),
+        smoothed_pool(padded, samples=50, bandwidth=0.3, seed=2),
+    )
+    with pytest.raises(ValueError, match="prompts x samples"):
+        smoothed_pool(np.zeros(5), samples=5, bandwidth=0.1)
+
+
 def test_a_row_without_rewards_is_an_error() -> None:
     with pytest.raises(ValueError, match="row 1"):
         smoothed_pool(np.array([[1.0, 2.0], [np.nan, np.nan]]), samples=5, bandwidth=0.1)

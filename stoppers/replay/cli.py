@@ -231,13 +231,9 @@ def _run_smoothed(args: argparse.Namespace) -> int:
         source = load_rewards(args.from_pool)
     except ReplayInputError as exc:
         return _fail("synth", str(exc))
-    width = max(row.size for row in source.rewards)
-    matrix = np.full((len(source.rewards), width), np.nan)
-    for i, row in enumerate(source.rewards):
-        matrix[i, : row.size] = row
     try:
         rewards = smoothed_pool(
-            matrix,
+            source.rewards,
             samples=args.samples,
             bandwidth=args.bandwidth,
             seed=args.seed,

@@ -20,50 +20,54 @@ within-prompt sd of 3.9 among its unclipped rewards). The result is reproducible
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["smoothed_pool"]
 
 
 def smoothed_pool(
-    rewards: np.ndarray,
+    rows: Sequence[ArrayLike],
     *,
     samples: int,
     bandwidth: float,
     seed: int = 0,
     prompts: int | None = None,
 ) -> np.ndarray:
-    """``[prompts x samples]`` rewards redrawn from the rows of ``rewards`` (NaN = missing,
-    ignored) by the smoothed bootstrap of the module docstring.
+    """``[prompts x samples]`` rewards redrawn from ``rows`` - one prompt's rewards each, of any
+    length (a NaN-padded matrix works too: NaN = missing, ignored) - by the smoothed bootstrap
+    of the module docstring.
 
     >>> pool = np.array([[-9.0, -9.0, 1.0, 4.0], [-9.0, 9.0, 9.0, 0.0]])
     >>> out = smoothed_pool(pool, samples=6, bandwidth=0.5, seed=1)
     >>> out.shape, bool(out.min() >= -9.0), bool(out.max() <= 9.0)
     ((2, 6), True, True)
     """
-    matrix = np.asarray(rewards, dtype=np.float64)
-    if matrix.ndim != 2 or matrix.shape[0] == 0:
-        raise ValueError("rewards must be a non-empty [prompts x samples] matrix")
+    if isinstance(rows, np.ndarray) and rows.ndim != 2:
+        raise ValueError("a matrix of rewards must be [prompts x samples]")
     if samples < 2:
         raise ValueError("samples must be at least 2")
     if not (bandwidth >= 0.0 and np.isfinite(bandwidth)):
         raise ValueError("bandwidth must be a finite number >= 0")
-    if prompts is not None:
-        if prompts < 1:
-            raise ValueError("prompts must be at least 1")
-        matrix = matrix[:prompts]
-    finite = matrix[np.isfinite(matrix)]
+    if prompts is not None and prompts < 1:
+        raise ValueError("prompts must be at least 1")
+    kept = [np.asarray(row, dtype=np.float64).ravel() for row in rows][:prompts]
+    if not kept:
+        raise ValueError("rewards must hold at least one prompt's row")
+    kept = [row[np.isfinite(row)] for row in kept]
+    finite = np.concatenate(kept)
     if finite.size == 0:
         raise ValueError("rewards hold no finite value")
     low, high = float(finite.min()), float(finite.max())
     clips = [v for v in (low, high) if np.count_nonzero(finite == v) > 1]
     rng = np.random.default_rng(seed)
-    out = np.empty((matrix.shape[0], samples), dtype=np.float64)
-    for i, row in enumerate(matrix):
-        kept = row[np.isfinite(row)]
-        if kept.size == 0:
+    out = np.empty((len(kept), samples), dtype=np.float64)
+    for i, row in enumerate(kept):
+        if row.size == 0:
             raise ValueError(f"row {i} holds no finite reward")
-        base = kept[rng.integers(0, kept.size, size=samples)]
+        base = row[rng.integers(0, row.size, size=samples)]
         jitter = bandwidth * rng.standard_normal(samples)
         at_clip = np.isin(base, clips)
         out[i] = np.where(at_clip, base, np.clip(base + jitter, low, high))
