@@ -24,6 +24,13 @@ table rule would decide draws that N - the N that delivers the target on the sim
 and stops (reason ``"fixed"``). The multiplier rule is not simulated, so where it decides it
 keeps deciding.
 
+A floor the rewards pile up at (a judge's clipped scores): where the prior builds a
+:class:`~stoppers.robust.floor_table.FloorTable` (:meth:`ShapePrior.censoring_floor`), the request
+runs the table rule on its rewards above the floor - their mean, sd and best, the threshold read
+at its posterior share of rewards above the floor - with the floor rule for a request all at
+the floor and the table's Best-of-N as its last draw (docs/robust-stopping.md, "The floor read
+as censoring").
+
 Cold start: until the prior has learned from ``cold_start`` requests, the request is delegated
 to :class:`~stoppers.robust.target.TailTargetAcceptance` (its own GPD tail fit), with the tail
 shape of the deployment's earlier requests (the prior's ``xi``, as cost mode's cold start since
@@ -46,6 +53,7 @@ import numpy as np
 
 from stoppers.base import StoppingPolicy
 from stoppers.robust.ceiling import ceiling_of, floor_acceptance_bound, floor_of
+from stoppers.robust.floor_table import FloorTable
 from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.likelihood_cost import evaluation_due
 from stoppers.robust.multiplier_target import MultiplierTargetRule
@@ -104,6 +112,10 @@ class PooledTargetAcceptance(StoppingPolicy):
             self._table = prior.table(
                 target, min_samples=self.min_samples, horizon=horizon, alpha=self.alpha
             )
+        # a floor the deployment's rewards pile up at: the censored rule (module docstring)
+        self._censored: FloorTable | None = None
+        if isinstance(self._table, FloorTable):
+            self._censored, self._table = self._table, None
         self._multiplier: MultiplierTargetRule | None = None
         if self._table is not None and multimodal:
             assert prior is not None
@@ -121,13 +133,15 @@ class PooledTargetAcceptance(StoppingPolicy):
         self._fixed_n: int | None = None
         if self._table is not None and self._multiplier is None:
             self._fixed_n = self._table.fixed_n
+        elif self._censored is not None:
+            self._fixed_n = self._censored.fixed_n
         self._seen: list[float] = []  # the rewards, kept for the multiplier rule only
         self._eval_n = 0
         self._eval_best = -math.inf
         self._margin = math.inf
         self._accepted = math.nan  # the multiplier rule's posterior acceptance of the best
         self._floor = floor_of(prior)
-        if self._table is None:
+        if self._table is None and self._censored is None:
             self._fallback = TailTargetAcceptance(
                 target,
                 alpha=alpha,
@@ -135,8 +149,9 @@ class PooledTargetAcceptance(StoppingPolicy):
                 floor=self._floor,
                 prior=None if prior is None else prior.xi,
             )
-        self._mean = 0.0
+        self._mean = 0.0  # of the rewards above the floor on the censored rule
         self._m2 = 0.0
+        self._above = 0  # the censored rule's rewards above the floor
         self._scale = math.nan
         self._ties = BestTies(repeats_alpha=self.alpha)
         self._ceiling = ceiling_of(prior)
@@ -178,6 +193,10 @@ class PooledTargetAcceptance(StoppingPolicy):
         if self._multiplier is not None or math.isnan(self._scale):
             return None
         log_s = math.log(self._scale)
+        if self._censored is not None:
+            p = self._censored.p_above(self._n, self._above)
+            return self._mean + self._scale * self._censored.threshold(log_s, p, self._above)
+        assert self._table is not None
         return self._mean + self._scale * self._table.threshold(log_s, self._n)
 
     def _decide(self, reward: float) -> str | None:
@@ -185,6 +204,8 @@ class PooledTargetAcceptance(StoppingPolicy):
             return "ceiling"  # within the target's reach of the top of the reward scale
         if self._fallback is not None:
             return self._fallback.stop_reason if self._fallback.observe(reward) else None
+        if self._censored is not None:
+            return self._censored_decide(reward)
         n = self._n
         if self._multiplier is not None:
             self._seen.append(reward)
@@ -208,6 +229,40 @@ class PooledTargetAcceptance(StoppingPolicy):
         scale = table.scale(n, sd)
         self._scale = scale
         if (self._best - self._mean) / scale >= table.threshold(math.log(scale), n):
+            return "target"
+        return None
+
+    def _censored_decide(self, reward: float) -> str | None:
+        """The table rule on the rewards above the floor (:mod:`stoppers.robust.floor_table`)."""
+        table = self._censored
+        assert table is not None
+        n = self._n
+        if reward > table.floor:
+            self._above += 1
+            self._ties.note(reward)
+            delta = reward - self._mean
+            self._mean += delta / self._above
+            self._m2 += delta * (reward - self._mean)
+        if n < self.min_samples:
+            return None
+        if self._above == 0:  # all at the bottom
+            assert self._floor is not None
+            accepted = floor_acceptance_bound(n, self.alpha, self._floor)
+            return "floor" if accepted >= self.target else None
+        above = self._above
+        sd = math.sqrt(self._m2 / (above - 1)) if above > 1 and self._m2 > 0.0 else 0.0
+        if self._ties.ceiling(self._mean, self._best, sd):
+            return "tied"
+        if self._fixed_n is not None:
+            return "fixed" if n >= self._fixed_n else None
+        if table.cap is not None and n >= table.cap:
+            return "fixed"  # the Best-of-N that delivers the target ends the rule's run too
+        if above < 2:
+            return None
+        scale = table.scale(above, sd)
+        self._scale = scale
+        p = table.p_above(n, above)
+        if (self._best - self._mean) / scale >= table.threshold(math.log(scale), p, above):
             return "target"
         return None
 

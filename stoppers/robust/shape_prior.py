@@ -84,7 +84,23 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from stoppers.robust.ceiling import RewardCeiling, RewardFloor, ceiling_of, floor_of
+from stoppers.robust.ceiling import (
+    FloorBound,
+    RewardCeiling,
+    RewardFloor,
+    ceiling_of,
+    floor_of,
+)
+from stoppers.robust.floor_table import (
+    CEILING_SHARE_MAX,
+    FLOOR_SHARE_MIN,
+    INTERIOR_STREAMS_MIN,
+    FloorTable,
+    build_floor_table,
+    ceiling_share,
+    floor_share,
+    interior_streams,
+)
 from stoppers.robust.likelihood_cost import (
     EDGES,
     TIED_MAX,
@@ -109,8 +125,9 @@ from stoppers.robust.stop_table import (
 )
 from stoppers.robust.xi_prior import XiPrior
 
-__all__ = ["MAX_TABLES", "ShapePrior", "build_table"]
+__all__ = ["MAX_TABLES", "AnyTable", "ShapePrior", "build_table"]
 
+AnyTable = StopTable | FloorTable  # what a target build makes: censored where a floor piles up
 MAX_TABLES = 32  # stop tables cached per prior (LRU): client-chosen keys cannot grow memory
 STREAM_REQUESTS = 256  # the likelihood shape is fitted to the most recent requests' streams,
 STREAM_REWARDS = 96  # ... each cut to its first rewards (a fixed cut keeps the likelihood valid)
@@ -191,7 +208,7 @@ class ShapePrior:
     schedule_build: Callable[[ShapePrior, TableKey], None] | None = field(
         default=None, repr=False, compare=False
     )
-    _tables: OrderedDict[TableKey, StopTable] = field(
+    _tables: OrderedDict[TableKey, AnyTable] = field(
         default_factory=OrderedDict, repr=False, compare=False
     )
     # the likelihood shape of the newest build and whether its streams ended the upper tail
@@ -204,6 +221,10 @@ class ShapePrior:
     # the StreamFacts of each kept stream, kept in step with them (tied_streams, lattice_step,
     # CostShapePrior.stream_maxima); not persisted
     _shape: tuple[int, FittedShape] | None = field(default=None, repr=False, compare=False)
+    # the interior shape of the newest floor-table build (build_floor_table), by request count
+    _fitted_interior: dict[int, np.ndarray | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     _facts: list[StreamFacts] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -454,7 +475,7 @@ class ShapePrior:
 
     def table(
         self, target: float, *, min_samples: int, horizon: int, alpha: float | None = None
-    ) -> StopTable | None:
+    ) -> AnyTable | None:
         """The stop table for this target (None while the prior is empty); cached.
 
         Without :attr:`schedule_build` a missing or stale table is built here (blocking).
@@ -477,7 +498,7 @@ class ShapePrior:
 
     def cached_table(
         self, target: float, *, min_samples: int, horizon: int, alpha: float | None = None
-    ) -> StopTable | None:
+    ) -> AnyTable | None:
         """The newest cached table for this target, stale or not (None if none). Never builds."""
         if self.requests == 0:
             return None
@@ -497,7 +518,7 @@ class ShapePrior:
         due = min(cached.requests * self.rebuild_growth, cached.requests + REBUILD_EVERY)
         return self.requests >= max(cached.requests + 1, due)
 
-    def prepare(self, key: TableKey) -> Callable[[], StopTable]:
+    def prepare(self, key: TableKey) -> Callable[[], AnyTable]:
         """A build of ``key``'s table on a snapshot of the evidence now (copies of the
         histograms, the kept streams): the returned function touches nothing of this prior but
         its one-entry cache of the fitted shape (replaced whole; builds run one at a time), so it
@@ -515,10 +536,32 @@ class ShapePrior:
         }
         step = self.lattice_step()  # rounded scores: fitted and calibrated on the lattice
         streams = self.fit_streams() if self.likelihood else []  # kept streams never change
+        censored = self.censoring_floor()
+        fitted_cache, interior_cache = self._fitted, self._fitted_interior
 
-        fitted_cache = self._fitted
-
-        def build() -> StopTable:
+        def build() -> AnyTable:
+            if censored is not None:
+                floor, interior = censored
+                if requests not in interior_cache:
+                    fit = fit_shapes(dequantized(interior, step), Z_EDGES)
+                    interior_cache.clear()
+                    interior_cache[requests] = None if fit is None else fit[0]
+                inner = interior_cache[requests]
+                table = None
+                if inner is not None:
+                    table = build_floor_table(
+                        inner,
+                        interior,
+                        floor,
+                        target,
+                        alpha,
+                        min_samples,
+                        horizon,
+                        requests,
+                        scale_shrink=options["scale_shrink"],
+                    )
+                if table is not None:
+                    return table
             shape = z_counts
             if len(streams) >= LIKELIHOOD_MIN_STREAMS:
                 cached = fitted_cache.get(requests)
@@ -537,7 +580,24 @@ class ShapePrior:
 
         return build
 
-    def install(self, key: TableKey, table: StopTable) -> bool:
+    def censoring_floor(self) -> tuple[FloorBound, list[list[float]]] | None:
+        """The floor and the kept streams' interiors where target tables read the floor as
+        censoring (:mod:`stoppers.robust.floor_table`): the scores are continuous, the floor is
+        established and piled up (:attr:`RewardFloor.clip`), at least ``FLOOR_SHARE_MIN`` of the
+        kept rewards sit at it and less than ``CEILING_SHARE_MAX`` at an established ceiling, and
+        ``INTERIOR_STREAMS_MIN`` kept streams have ``INTERIOR_MIN`` rewards above it."""
+        if not self.likelihood or self.floor.clip is None or self.lattice_step() is not None:
+            return None  # the floor table simulates no lattice: rounded scores keep the plain one
+        floor = floor_of(self)
+        if floor is None or floor_share(self.streams, floor.value) < FLOOR_SHARE_MIN:
+            return None
+        top = self.ceiling.bound  # a pile-up at the top censors the interior too, unsimulated
+        if top is not None and ceiling_share(self.streams, top) >= CEILING_SHARE_MAX:
+            return None
+        interior = interior_streams(self.streams, floor.value)
+        return (floor, interior) if len(interior) >= INTERIOR_STREAMS_MIN else None
+
+    def install(self, key: TableKey, table: AnyTable) -> bool:
         """Cache ``table`` for ``key`` unless a table built on more evidence is already there;
         the least recently used tables beyond ``max_tables`` are dropped. True if cached."""
         cached = self._tables.get(key)
@@ -549,7 +609,7 @@ class ShapePrior:
             self._tables.popitem(last=False)
         return True
 
-    def _lookup(self, key: TableKey) -> StopTable | None:
+    def _lookup(self, key: TableKey) -> AnyTable | None:
         cached = self._tables.get(key)
         if cached is not None:
             self._tables.move_to_end(key)

@@ -40,8 +40,10 @@ __all__ = [
     "fixed_n_for",
     "on_lattice",
     "plug_in",
+    "posterior_scale",
     "rule_margin",
     "s_bin",
+    "scale_draws",
     "scale_moments",
     "scale_prior",
     "simulated_streams",
@@ -98,12 +100,7 @@ class StopTable:
 
     def scale(self, n: int, sd: float) -> float:
         """Posterior-mean log scale, exponentiated: own sd shrunk to the learned scales."""
-        if sd > 0.0 and n > 1:
-            w = self.sd_weight * (n - 1)
-            return math.exp(
-                (self.scale_prec * self.scale_mu + w * math.log(sd)) / (self.scale_prec + w)
-            )
-        return math.exp(self.scale_mu)
+        return posterior_scale(self.scale_mu, self.scale_prec, self.sd_weight, n, sd)
 
     def threshold(self, log_s: float, n: int) -> float:
         """z_star(log s) + offset + slope / sqrt(n - 1), z_star linear between grid points."""
@@ -118,6 +115,15 @@ class StopTable:
         i = int(pos)
         frac = pos - i
         return zs[i] + frac * (zs[i + 1] - zs[i]) + offset
+
+
+def posterior_scale(mu: float, precision: float, sd_weight: float, n: int, sd: float) -> float:
+    """The sd of ``n`` rewards shrunk to learned log scales N(mu, 1 / precision): the
+    posterior-mean log scale, exponentiated (each reward adds ``sd_weight`` of precision)."""
+    if sd > 0.0 and n > 1:
+        w = sd_weight * (n - 1)
+        return math.exp((precision * mu + w * math.log(sd)) / (precision + w))
+    return math.exp(mu)
 
 
 def z_bin(z: np.ndarray) -> np.ndarray:
@@ -195,11 +201,15 @@ def simulated_streams(
     rng = np.random.default_rng([seed, 7])
     r, t = SIM_STREAMS, min(horizon, SIM_HORIZON)
     z = _shape_draws(w, (r, t), rng)
+    return z, scale_draws(sw, r, rng)
+
+
+def scale_draws(sw: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` log scales drawn from the log-sd histogram ``sw``: a bin, then uniform in it."""
     sww = (S_HI - S_LO) / S_BINS
     s_cdf = np.cumsum(sw)
-    pick = np.minimum(np.searchsorted(s_cdf, rng.random(r) * s_cdf[-1]), S_BINS - 1)
-    log_s = S_LO + sww * (pick + rng.random(r))
-    return z, log_s
+    pick = np.minimum(np.searchsorted(s_cdf, rng.random(size) * s_cdf[-1]), S_BINS - 1)
+    return S_LO + sww * (pick + rng.random(size))
 
 
 def _shape_draws(w: np.ndarray, size: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
