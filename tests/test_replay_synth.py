@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from stoppers.replay.synth import FAMILIES, HELD_OUT_2, SynthSpec, generate
+from stoppers.replay.synth import FAMILIES, HELD_OUT_2, HELD_OUT_3, SynthSpec, generate
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -21,7 +21,9 @@ def test_every_family_is_seeded_and_finite(family: str) -> None:
     assert not np.array_equal(a["rewards"], other["rewards"])
 
 
-@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in ("clipped", "mixed")])
+@pytest.mark.parametrize(
+    "family", [f for f in FAMILIES if f not in ("clipped", "mixed", *HELD_OUT_3)]
+)
 def test_location_and_scale_vary_across_prompts(family: str) -> None:
     out = generate(SynthSpec(family=family, prompts=300, samples=400, seed=1))
     r = out["rewards"]
@@ -41,6 +43,33 @@ def test_clipped_family_is_bounded_and_tied() -> None:
     at_lower = np.mean(np.isclose(r, -2.0))
     assert at_lower > 0.1
     assert np.mean([np.unique(row).size for row in r]) < 50  # rounded: many ties
+
+
+def test_floored_family_is_a_normal_cut_at_its_floor_only() -> None:
+    spec = SynthSpec(family="floored", prompts=100, samples=300, seed=0, bound=2.0)
+    out = generate(spec)
+    r = out["rewards"]
+    assert r.min() == -2.0 and r.max() > 4.0  # cut below, open above
+    at_floor = np.mean(r == -2.0, axis=1)
+    assert 0.1 < at_floor.mean() < 0.5
+    assert np.corrcoef(at_floor, out["loc"])[0, 1] < -0.7  # a low prompt sits at the floor
+    assert np.mean([np.unique(row).size for row in r]) > 200  # continuous above it
+    normal = generate(replace(spec, family="normal"))["rewards"]
+    np.testing.assert_array_equal(r, np.maximum(normal, -2.0))  # the same draws, cut
+
+
+def test_judge_family_piles_a_share_of_each_prompt_at_one_floor() -> None:
+    spec = SynthSpec(family="judge", prompts=100, samples=400, seed=0)
+    out = generate(spec)
+    r = out["rewards"]
+    floor = -4.0 * (spec.loc_spread + spec.scale_median)
+    assert r.min() == floor
+    at_floor = np.mean(r == floor, axis=1)
+    assert at_floor.min() > 0.05 and at_floor.max() < 0.95 and np.std(at_floor) > 0.15
+    assert abs(np.corrcoef(at_floor, out["loc"])[0, 1]) < 0.3  # the share is the prompt's own
+    above = [row[row > floor] for row in r]
+    np.testing.assert_allclose([a.mean() for a in above], out["loc"], atol=0.5)
+    assert 0.75 < np.median([a.std() for a in above] / out["scale"]) < 1.25
 
 
 def test_rounded_family_is_a_lattice_without_a_clip() -> None:

@@ -50,6 +50,17 @@ none is among ``mixed``'s choices:
 * ``rare-mode`` — a bulk N(0, 1) and, with a per-prompt weight in [0.01, 0.05], a mode 5
   higher with sd 0.7 (AlpacaEval-like: one response in 20-100 far above the rest).
 
+Held out on 2026-11-30 (``HELD_OUT_3``), built to test target mode's reading of a floor the
+rewards pile up at (docs/robust-stopping.md, "The floor read as censoring"); not among
+``mixed``'s choices:
+
+* ``floored`` — Gaussian clipped below at ``-bound`` only, continuous (no rounding): a latent
+  score cut at a floor (a Tobit model), so a prompt's share at the floor follows its location;
+* ``judge`` — a judge's clipped scores: each prompt puts its own share, uniform in [0.1, 0.9],
+  of its rewards at one floor far below every prompt's rewards (``-4 (loc_spread +
+  scale_median)``) and draws the rest as ``normal`` does (the AlpacaEval pool's structure: a
+  floor pile-up whose share varies by prompt, and a continuum above it).
+
 Output precision (2026-11-30): ``precision="bfloat16"`` (or ``"float16"``, ``"float32"``)
 rounds every reward to that format, as a reward model run in half precision on a GPU returns
 its scores (the reward worker's ``auto`` dtype; vLLM's pooling runner likewise). A bfloat16
@@ -69,7 +80,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["FAMILIES", "HELD_OUT_2", "PRECISIONS", "SynthSpec", "generate", "to_precision"]
+__all__ = [
+    "FAMILIES",
+    "HELD_OUT_2",
+    "HELD_OUT_3",
+    "PRECISIONS",
+    "SynthSpec",
+    "generate",
+    "to_precision",
+]
 
 _BASE_FAMILIES = (
     "normal",
@@ -92,6 +111,7 @@ HELD_OUT_2 = (
     "three-mode",
     "rare-mode",
 )
+HELD_OUT_3 = ("floored", "judge")
 PRECISIONS = ("float64", "float32", "bfloat16", "float16")
 _CONTINUOUS_FAMILIES = tuple(f for f in _BASE_FAMILIES if f != "clipped")
 FAMILIES = (
@@ -101,6 +121,7 @@ FAMILIES = (
     "mixed-continuous",
     "rounded",
     *HELD_OUT_2,
+    *HELD_OUT_3,
 )
 
 _SKEW_SHAPE = 4.0
@@ -173,6 +194,12 @@ def generate(spec: SynthSpec) -> dict[str, np.ndarray]:
             row = _clip_and_round(row, spec.bound, spec.resolution)
         elif family == "rounded":
             row = _clip_and_round(row, math.inf, spec.resolution)
+        elif family == "floored":
+            row = np.maximum(row, -spec.bound)
+        elif family == "judge":
+            floor = -4.0 * (spec.loc_spread + spec.scale_median)
+            at_floor = rng.random(spec.samples) < rng.uniform(0.1, 0.9)
+            row = np.where(at_floor, floor, np.maximum(row, floor))
         rewards[i] = row
     rewards = to_precision(rewards, spec.precision)
     if spec.missing_fraction > 0:
@@ -210,7 +237,7 @@ def to_precision(rewards: np.ndarray, precision: str) -> np.ndarray:
 
 def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndarray:
     """``size`` draws with mean 0 and standard deviation 1 from ``family``."""
-    if family in ("normal", "clipped", "rounded"):
+    if family in ("normal", "clipped", "rounded", "floored", "judge"):
         return rng.standard_normal(size)
     if family == "gumbel":
         raw = rng.gumbel(0.0, 1.0, size)
