@@ -15,7 +15,12 @@ from stoppers.replay.deployment import deployment_batch, replay_deployment
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust import shape_prior
 from stoppers.robust.ceiling import P_GRID
-from stoppers.robust.floor_table import FLOOR_SHARE_MIN, FloorTable, floor_share
+from stoppers.robust.floor_table import (
+    FLOOR_SHARE_MIN,
+    AbovePosterior,
+    FloorTable,
+    floor_share,
+)
 from stoppers.robust.pooled_target import PooledTargetAcceptance
 from stoppers.robust.shape_prior import ShapePrior
 
@@ -72,6 +77,12 @@ def test_p_above_is_the_posterior_mean_under_the_learned_distribution():
         post = g * np.nan_to_num(like, nan=1.0)
         assert table.p_above(n, above) == pytest.approx(post @ P_GRID / post.sum(), rel=1e-9)
     assert table.p_above(50, 0) < table.p_above(50, 5) < table.p_above(50, 45)
+    # the policy's draw-by-draw posterior is the same, past its rescaling (every 256 draws)
+    posterior, above = AbovePosterior(table.log_g), 0
+    for n, up in enumerate(np.random.default_rng(0).random(700) < 0.3, start=1):
+        posterior.note(bool(up))
+        above += bool(up)
+        assert posterior.mean == pytest.approx(table.p_above(n, above), rel=1e-9)
 
 
 def test_threshold_reads_z_star_bilinearly_over_log_scale_and_p():

@@ -5,7 +5,8 @@ it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t reques
 1e-12, inflation 50, and on its likelihood path - the moment path held off - with a cost
 below any gain;
 TailPandora+XiPrior: the xi distribution those requests taught; PooledTargetAcceptance also on
-a bimodal deployment, where its multiplier rule decides), then each of ``--repeats``
+a bimodal deployment, where its multiplier rule decides, and on a judge-like one, where its
+censored table rule does), then each of ``--repeats``
 copies of that state observes a fresh stream of max(1, n // 16) more rewards, each ``observe``
 timed. Why a window and not one reward per copy: a policy that re-evaluates on a schedule
 (ShapePandora every n/32 rewards, the GPD policies' refits after 1/8 growth) does so at the
@@ -82,6 +83,29 @@ def _pooled_unreachable():
         policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=10_000, cold_start=1)
         policy._table = dataclasses.replace(policy._table, offset=1e6)
         policy._fixed_n = None  # time the table rule itself, not the Best-of-N it may name
+        return policy
+
+    return make
+
+
+def _floor_unreachable():
+    """PooledTargetAcceptance on a judge-like deployment (30 requests of ``pandora synth --family
+    judge``): its censored table rule, the offset raised out of reach and no Best-of-N cap."""
+    import dataclasses
+
+    from stoppers.replay.synth import SynthSpec, generate
+    from stoppers.robust.pooled_target import PooledTargetAcceptance
+    from stoppers.robust.shape_prior import ShapePrior
+
+    prior = ShapePrior()
+    for row in generate(SynthSpec(family="judge", prompts=30, samples=120, seed=1))["rewards"]:
+        prior.update(row)
+
+    def make():
+        policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=10_000, cold_start=1)
+        assert policy._censored is not None
+        policy._censored = dataclasses.replace(policy._censored, offset=1e6, cap=None, fixed_n=None)
+        policy._fixed_n = None
         return policy
 
     return make
@@ -190,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         "PooledTargetAcceptance": _pooled_unreachable(),
         # on a bimodal deployment: its multiplier rule
         "PooledTarget(multimodal)": _multiplier_unreachable(),
+        # on a judge-like deployment (a floor the rewards pile up at): the censored table rule
+        "PooledTarget(floor)": _floor_unreachable(),
         "BayesShapePandora": _bayes_unreachable(learned),
     }
     print(f"{'policy':24s} {'n':>5s} {'median_us':>10s} {'p99_us':>9s} {'mean_us':>9s}")

@@ -53,7 +53,7 @@ import numpy as np
 
 from stoppers.base import StoppingPolicy
 from stoppers.robust.ceiling import ceiling_of, floor_acceptance_bound, floor_of
-from stoppers.robust.floor_table import FloorTable
+from stoppers.robust.floor_table import AbovePosterior, FloorTable
 from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.likelihood_cost import evaluation_due
 from stoppers.robust.multiplier_target import MultiplierTargetRule
@@ -114,8 +114,10 @@ class PooledTargetAcceptance(StoppingPolicy):
             )
         # a floor the deployment's rewards pile up at: the censored rule (module docstring)
         self._censored: FloorTable | None = None
+        self._p_above: AbovePosterior | None = None  # its posterior of P(above the floor)
         if isinstance(self._table, FloorTable):
             self._censored, self._table = self._table, None
+            self._p_above = AbovePosterior(self._censored.log_g)
         self._multiplier: MultiplierTargetRule | None = None
         if self._table is not None and multimodal:
             assert prior is not None
@@ -194,7 +196,8 @@ class PooledTargetAcceptance(StoppingPolicy):
             return None
         log_s = math.log(self._scale)
         if self._censored is not None:
-            p = self._censored.p_above(self._n, self._above)
+            assert self._p_above is not None
+            p = self._p_above.mean
             return self._mean + self._scale * self._censored.threshold(log_s, p, self._above)
         assert self._table is not None
         return self._mean + self._scale * self._table.threshold(log_s, self._n)
@@ -234,9 +237,10 @@ class PooledTargetAcceptance(StoppingPolicy):
 
     def _censored_decide(self, reward: float) -> str | None:
         """The table rule on the rewards above the floor (:mod:`stoppers.robust.floor_table`)."""
-        table = self._censored
-        assert table is not None
+        table, posterior = self._censored, self._p_above
+        assert table is not None and posterior is not None
         n = self._n
+        posterior.note(reward > table.floor)
         if reward > table.floor:
             self._above += 1
             self._ties.note(reward)
@@ -261,8 +265,9 @@ class PooledTargetAcceptance(StoppingPolicy):
             return None
         scale = table.scale(above, sd)
         self._scale = scale
-        p = table.p_above(n, above)
-        if (self._best - self._mean) / scale >= table.threshold(math.log(scale), p, above):
+        if (self._best - self._mean) / scale >= table.threshold(
+            math.log(scale), posterior.mean, above
+        ):
             return "target"
         return None
 
