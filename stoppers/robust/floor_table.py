@@ -49,6 +49,7 @@ from stoppers.robust.stop_table import (
     SLOPES,
     _acceptance,
     _shape_draws,
+    bisect_offset,
     fixed_n_for,
     plug_in,
     posterior_scale,
@@ -309,32 +310,12 @@ def _calibrated(
     floor_ok = np.array([floor_acceptance_bound(int(k), alpha, floor) for k in n]) >= table.target
     floor_hit = (count == 0.0) & floor_ok[None, :] & (n >= min_samples)
     floor_stop = np.where(floor_hit.any(axis=1), np.argmax(floor_hit, axis=1), t)
-    rows = np.arange(r)
     curve = acc_at.mean(axis=0)  # Best-of-n's mean acceptance (index n - 1)
     reached = np.flatnonzero(curve >= table.target)
     cap = max(int(reached[0]) + 1, min_samples) if reached.size else None
-    last = t if cap is None else min(cap, t)
-
-    def run(dmax: np.ndarray, offset: float) -> tuple[float, float]:
-        hit = dmax >= offset
-        stop = np.where(hit.any(axis=1), np.argmax(hit, axis=1), last - 1)
-        stop = np.minimum(np.minimum(stop, floor_stop), last - 1)
-        return float(acc_at[rows, stop].mean()), float(stop.mean() + 1)
-
-    choice = None
-    for slope in (0.0, 0.75, *SLOPES):
-        dmax = np.maximum.accumulate(base - slope * shrink, axis=1)
-        lo, hi = -3.0, 3.0
-        for _ in range(12):
-            mid = 0.5 * (lo + hi)
-            if run(dmax, mid)[0] >= table.target:
-                hi = mid
-            else:
-                lo = mid
-        acc, samples = run(dmax, hi)
-        if choice is None or samples < choice[3]:
-            choice = (hi, slope, acc, samples)
-    offset, slope, acc, samples = choice
+    offset, slope, acc, samples, _ = bisect_offset(
+        base, shrink, acc_at, table.target, (0.0, 0.75, *SLOPES), last=cap, forced=floor_stop
+    )
     fixed_n = fixed_n_for(curve, acc, samples, table.target, min_samples)
     return FloorTable(
         **{

@@ -36,6 +36,7 @@ __all__ = [
     "StopTable",
     "TableKey",
     "bin_centres",
+    "bisect_offset",
     "calibrate",
     "fixed_n_for",
     "on_lattice",
@@ -284,34 +285,13 @@ def _calibrated(
 ) -> tuple[StopTable, float]:
     """:func:`calibrate` on the simulated streams ``z`` (scales ``log_s``), and the share of
     them the calibrated rule had not stopped by their last draw."""
-    r, t = z.shape
     x = np.exp(log_s)[:, None] * z
     kappa = np.exp(log_s) * q_alpha
     if step is not None:
         x, kappa = on_lattice(x, kappa, step, np.random.default_rng([seed, 11]))
     base, shrink, best, _, _ = rule_margin(table, x, min_samples)
     acc_at = _acceptance(best - kappa[:, None])
-    rows = np.arange(r)
-
-    def run(dmax: np.ndarray, offset: float) -> tuple[float, float]:
-        hit = dmax >= offset
-        stop = np.where(hit.any(axis=1), np.argmax(hit, axis=1), t - 1)
-        return float(acc_at[rows, stop].mean()), float(stop.mean() + 1)
-
-    best_choice = None
-    for slope in SLOPES:
-        dmax = np.maximum.accumulate(base - slope * shrink, axis=1)
-        lo, hi = -3.0, 3.0
-        for _ in range(12):
-            mid = 0.5 * (lo + hi)
-            if run(dmax, mid)[0] >= table.target:
-                hi = mid
-            else:
-                lo = mid
-        acc, samples = run(dmax, hi)
-        if best_choice is None or samples < best_choice[3]:
-            best_choice = (hi, slope, acc, samples, float((dmax[:, -1] < hi).mean()))
-    hi, slope, acc, samples, truncated = best_choice
+    hi, slope, acc, samples, truncated = bisect_offset(base, shrink, acc_at, table.target, SLOPES)
     calibrated = StopTable(
         **{
             **table.__dict__,
@@ -324,6 +304,52 @@ def _calibrated(
         }
     )
     return calibrated, truncated
+
+
+def bisect_offset(
+    base: np.ndarray,
+    shrink: np.ndarray,
+    acc_at: np.ndarray,
+    target: float,
+    slopes: tuple[float, ...],
+    *,
+    last: int | None = None,
+    forced: np.ndarray | None = None,
+) -> tuple[float, float, float, float, float]:
+    """The calibration's search, shared by the stop tables: for each candidate slope, the offset
+    (bisected in [-3, 3], 12 steps) at which a stream stopping at the first draw with
+    ``base - slope * shrink >= offset`` has mean acceptance ``acc_at[stream, stop]`` of
+    ``target``; of those, the (offset, slope) that draws fewest. Returns it with its mean
+    acceptance, its mean draws and the share of streams its crossing had not stopped by their
+    last draw. A stream stops at its draw ``last - 1`` at the latest (default: its last) and
+    at its draw ``forced`` (per stream; another rule's stop) if that comes first."""
+    r, t = base.shape
+    last = t if last is None else min(last, t)
+    rows = np.arange(r)
+
+    def run(dmax: np.ndarray, offset: float) -> tuple[float, float]:
+        hit = dmax >= offset
+        stop = np.where(hit.any(axis=1), np.argmax(hit, axis=1), last - 1)
+        if forced is not None:
+            stop = np.minimum(stop, forced)
+        stop = np.minimum(stop, last - 1)
+        return float(acc_at[rows, stop].mean()), float(stop.mean() + 1)
+
+    choice = None
+    for slope in slopes:
+        dmax = np.maximum.accumulate(base - slope * shrink, axis=1)
+        lo, hi = -3.0, 3.0
+        for _ in range(12):
+            mid = 0.5 * (lo + hi)
+            if run(dmax, mid)[0] >= target:
+                hi = mid
+            else:
+                lo = mid
+        acc, samples = run(dmax, hi)
+        if choice is None or samples < choice[3]:
+            choice = (hi, slope, acc, samples, float((dmax[:, -1] < hi).mean()))
+    assert choice is not None
+    return choice
 
 
 def fixed_n_for(
