@@ -136,6 +136,21 @@ def test_the_censored_rule_keeps_floor_rewards_out_of_its_mean_and_scale():
     assert policy.threshold is not None and policy.threshold > 1.0
 
 
+def test_a_cached_table_for_a_floor_since_undercut_runs_the_cold_start():
+    """The gateway serves stale tables while it rebuilds: a censored table built for a floor the
+    deployment has since gone below (its new bottom not yet established) is not used."""
+    prior = _learned(judge_like(30, 120, seed=4))
+    assert isinstance(prior.table(0.9, min_samples=8, horizon=480), FloorTable)
+    prior.schedule_build = lambda _prior, _key: None  # serve the cached table, build nowhere
+    prior.update([FLOOR - 5.0, *judge_like(1, 60, seed=9)[0]])
+    assert prior.floor.bound is None  # a new bottom, reached by one request
+    assert isinstance(prior.cached_table(0.9, min_samples=8, horizon=480), FloorTable)
+    policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=480)
+    assert policy.cold and policy._censored is None
+    draws = next(n for n in range(1, 481) if policy.observe(FLOOR) or n == 480)
+    assert draws >= 8  # the cold start's rules, from min_samples on
+
+
 def test_all_floor_requests_stop_on_the_floor_rule():
     prior = _learned(judge_like(30, 120, seed=4))
     policy = PooledTargetAcceptance(0.7, prior=prior, max_samples=480)

@@ -112,12 +112,17 @@ class PooledTargetAcceptance(StoppingPolicy):
             self._table = prior.table(
                 target, min_samples=self.min_samples, horizon=horizon, alpha=self.alpha
             )
+        self._floor = floor_of(prior)
         # a floor the deployment's rewards pile up at: the censored rule (module docstring)
         self._censored: FloorTable | None = None
         self._p_above: AbovePosterior | None = None  # its posterior of P(above the floor)
         if isinstance(self._table, FloorTable):
-            self._censored, self._table = self._table, None
-            self._p_above = AbovePosterior(self._censored.log_g)
+            table, self._table = self._table, None
+            if self._floor is not None and self._floor.value == table.floor:
+                self._censored = table
+                self._p_above = AbovePosterior(table.log_g)
+            # else a cached table for a floor the deployment has since gone below (the gateway
+            # uses stale tables while the new one is built): the cold start, until it is
         self._multiplier: MultiplierTargetRule | None = None
         if self._table is not None and multimodal:
             assert prior is not None
@@ -142,7 +147,6 @@ class PooledTargetAcceptance(StoppingPolicy):
         self._eval_best = -math.inf
         self._margin = math.inf
         self._accepted = math.nan  # the multiplier rule's posterior acceptance of the best
-        self._floor = floor_of(prior)
         if self._table is None and self._censored is None:
             self._fallback = TailTargetAcceptance(
                 target,
@@ -250,7 +254,6 @@ class PooledTargetAcceptance(StoppingPolicy):
         if n < self.min_samples:
             return None
         if self._above == 0:  # all at the bottom
-            assert self._floor is not None
             accepted = floor_acceptance_bound(n, self.alpha, self._floor)
             return "floor" if accepted >= self.target else None
         above = self._above
