@@ -85,8 +85,7 @@ INTERIOR_STREAMS_MIN = 10  # ... and streams with them the build needs
 P_ABOVE_GRID = np.geomspace(0.01, 1.0, 41)
 _LOG_P = np.log(np.maximum(P_GRID, 1e-300))
 _LOG_Q = np.log(np.maximum(1.0 - P_GRID, 1e-300))
-# the same as plain floats, for the per-observe loops (numpy scalars are slow one at a time)
-_GRID_TERMS = tuple(zip(_LOG_P.tolist(), _LOG_Q.tolist(), P_GRID.tolist(), strict=True))
+# the same as plain floats, for the per-observe loop (numpy scalars are slow one at a time)
 _P = tuple(P_GRID.tolist())
 _Q = tuple((1.0 - P_GRID).tolist())
 
@@ -114,23 +113,6 @@ class FloorTable:
     fixed_n: int | None = None  # Best-of-N in place of the rule (stop_table.fixed_n_for)
     cap: int | None = None  # ... and as the rule's last draw (None: the horizon)
 
-    def p_above(self, n: int, above: int) -> float:
-        """Posterior mean of the prompt's P(above the floor) after ``above`` of ``n`` draws
-        above it, under the deployment's learned distribution of p (21 grid points)."""
-        below = n - above
-        logs = [
-            log_g + (above * log_p if above else 0.0) + (below * log_q if below else 0.0)
-            for log_g, (log_p, log_q, _) in zip(self.log_g, _GRID_TERMS, strict=True)
-        ]
-        top = max(logs)
-        num = den = 0.0
-        for v, (_, _, p) in zip(logs, _GRID_TERMS, strict=True):
-            if v > -math.inf:
-                weight = math.exp(v - top)
-                num += weight * p
-                den += weight
-        return num / den
-
     def scale(self, n: int, sd: float) -> float:
         """The interior sd of ``n`` interior rewards shrunk to the learned interior scales."""
         return posterior_scale(self.scale_mu, self.scale_prec, self.sd_weight, n, sd)
@@ -150,9 +132,11 @@ class FloorTable:
 
 
 class AbovePosterior:
-    """The posterior of a request's P(above the floor) on ``ceiling.P_GRID``, updated draw by
-    draw: :meth:`FloorTable.p_above` in a few float operations per reward (the per-observe
-    budget of 20 us; recomputed from the counts it took 18 us on a busy machine)."""
+    """The posterior of a request's P(above the floor) on ``ceiling.P_GRID`` under the
+    deployment's learned distribution of p (``FloorTable.log_g``), updated draw by draw in a few
+    float operations per reward (the per-observe budget of 20 us; recomputed from the counts it
+    took 18 us on a busy machine). The table's simulation computes the same posterior means
+    vectorised (:func:`_p_posterior_means`)."""
 
     __slots__ = ("_draws", "_weights")
 
@@ -335,7 +319,8 @@ def _calibrated(
 
 
 def _p_posterior_means(table: FloorTable, n: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """:meth:`FloorTable.p_above` for every (draws, draws above), vectorised over rows."""
+    """:class:`AbovePosterior`'s mean for every (draws ``n``, draws above ``count``), vectorised
+    over rows."""
     log_g = np.asarray(table.log_g)
     out = np.empty_like(count)
     for lo in range(0, count.shape[0], 64):
