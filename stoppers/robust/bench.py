@@ -6,11 +6,11 @@ it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t reques
 below any gain;
 TailPandora+XiPrior: the xi distribution those requests taught; PooledTargetAcceptance also on
 a bimodal deployment, where its multiplier rule decides, and on a judge-like one, where its
-censored table rule does), then each of ``--repeats``
-copies of that state observes a fresh stream of max(1, n // 16) more rewards, each ``observe``
-timed. Why a window and not one reward per copy: a policy that re-evaluates on a schedule
-(ShapePandora every n/32 rewards, the GPD policies' refits after 1/8 growth) does so at the
-same position in every copy, so one reward per copy timed either always or never the
+censored table rule does; ShapePandora there too, on its censored reading), then each of
+``--repeats`` copies of that state observes a fresh stream of max(1, n // 16) more rewards,
+each ``observe`` timed. Why a window and not one reward per copy: a policy that re-evaluates
+on a schedule (ShapePandora every n/32 rewards, the GPD policies' refits after 1/8 growth) does
+so at the same position in every copy, so one reward per copy timed either always or never the
 evaluation; a window covers the schedule as a real stream does.
 Prints median, p99 and mean in microseconds (the mean is what the schedule costs per reward).
 Timings on a shared machine are noisy: compare figures from one run, not across runs.
@@ -187,6 +187,25 @@ def _likelihood_unreachable(learned):
     return make
 
 
+def _censored_unreachable():
+    """ShapePandora on its censored path (a judge-like deployment: 30 requests of ``pandora
+    synth --family judge``, the floor moved far below the Student-t rewards timed) whose cost is
+    set below any gain after construction."""
+    from stoppers.replay.synth import SynthSpec, generate
+
+    prior = cost_shape_prior()
+    for row in generate(SynthSpec(family="judge", prompts=30, samples=120, seed=1))["rewards"]:
+        prior.update(np.where(row > row.min(), row, -1e3))
+
+    def make():
+        policy = ShapePandora(1e-3, max_samples=10_000, prior=prior)
+        assert policy.censored
+        policy.cost = -1.0
+        return _never_stopping_cold_start(policy, prior)
+
+    return make
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000)
@@ -211,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         "ShapePandora(likelihood)": _likelihood_unreachable(learned),
         # the same path on rounded scores (fed rounded rewards below)
         "ShapePandora(lattice)": _likelihood_unreachable(rounded),
+        # on a judge-like deployment (a floor the rewards pile up at): the censored reading
+        "ShapePandora(censored)": _censored_unreachable(),
         "PooledTargetAcceptance": _pooled_unreachable(),
         # on a bimodal deployment: its multiplier rule
         "PooledTarget(multimodal)": _multiplier_unreachable(),

@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from stoppers.robust.censored_cost import CensoredShape, fit_censored
 from stoppers.robust.likelihood_cost import FittedShape
 from stoppers.robust.shape_prior import ShapePrior
 
 __all__ = [
+    "CENSORED_KEY",
     "COST_PRIOR_MIN_REWARDS",
     "DISPERSION_LEVEL",
     "EARLY_MAX_DISPERSION",
@@ -70,6 +72,7 @@ LIKELIHOOD_MIN_REQUESTS = 8
 REFIT_EVERY = 256
 MAXIMA_MIN_REWARDS = 8  # kept streams shorter than this say little about where rewards end
 LIKELIHOOD_KEY = ("likelihood-shape",)
+CENSORED_KEY = ("censored-shape",)
 
 
 @dataclass
@@ -111,6 +114,8 @@ class CostShapePrior(ShapePrior):
     cost_tables: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
     # the shape fitted by likelihood to the kept streams (fitted_shape); not persisted
     likelihood_shape: FittedShape | None = field(default=None, repr=False, compare=False)
+    # the interior shape where the floor is read as censoring (censored_shape); not persisted
+    censored: CensoredShape | None = field(default=None, repr=False, compare=False)
 
     @property
     def dispersion(self) -> float | None:
@@ -205,22 +210,51 @@ class CostShapePrior(ShapePrior):
         self.install(LIKELIHOOD_KEY, fitted)
         return self.likelihood_shape
 
+    def censored_shape(self) -> CensoredShape | None:
+        """The censored reading (:mod:`stoppers.robust.censored_cost`) where the floor is read as
+        censoring (:meth:`ShapePrior.censoring_floor`), refitted as requests grow, else None.
+        A fit made for a floor the deployment has since gone below is not returned. Built as
+        :meth:`fitted_shape` is (here, or by :attr:`schedule_build` elsewhere)."""
+        censored = self.censoring_floor()
+        if censored is None:
+            return None
+        floor = censored[0].value
+        cached = self.censored
+        if cached is not None and cached.floor != floor:
+            cached = None
+        if cached is not None and not _refit_due(cached.requests, self.requests):
+            return cached
+        if self.schedule_build is not None:
+            self.schedule_build(self, CENSORED_KEY)
+            return cached
+        self.install(CENSORED_KEY, self.prepare(CENSORED_KEY)())
+        return self.censored if self.censored is not None and self.censored.floor == floor else None
+
     def prepare(self, key: Any) -> Any:
         """A build of ``key``: the likelihood shape on a copy of the kept streams (which never
-        change once kept), or a target table (:meth:`ShapePrior.prepare`)."""
+        change once kept), the censored reading on their rewards above the floor, or a target
+        table (:meth:`ShapePrior.prepare`)."""
+        requests = self.requests
+        if key == CENSORED_KEY:
+            censored = self.censoring_floor()
+            if censored is None:
+                return lambda: None
+            floor, interior = censored
+            return lambda: fit_censored(interior, floor, requests)
         if key != LIKELIHOOD_KEY:
             return super().prepare(key)
-        streams, requests, step = list(self.streams), self.requests, self.lattice_step()
+        streams, step = list(self.streams), self.lattice_step()
         return lambda: FittedShape.fit(streams, requests, step=step)
 
     def install(self, key: Any, table: Any) -> bool:
         """Keep a finished build unless one fitted on more requests is already there."""
-        if key != LIKELIHOOD_KEY:
+        if key not in (LIKELIHOOD_KEY, CENSORED_KEY):
             return super().install(key, table)
-        cached = self.likelihood_shape
+        name = "likelihood_shape" if key == LIKELIHOOD_KEY else "censored"
+        cached = getattr(self, name)
         if table is None or (cached is not None and cached.requests > table.requests):
             return False
-        self.likelihood_shape = table
+        setattr(self, name, table)
         return True
 
     def to_dict(self) -> dict[str, Any]:

@@ -64,7 +64,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from stoppers.base import StoppingPolicy
-from stoppers.robust.ceiling import ceiling_of, clipped_floor_of, floor_gain_bound, floor_of
+from stoppers.robust.ceiling import (
+    FloorBound,
+    ceiling_of,
+    clipped_floor_of,
+    floor_gain_bound,
+    floor_of,
+)
+from stoppers.robust.censored_cost import CensoredGain, CensoredShape
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.cost_prior import (
     EARLY_REQUESTS,
@@ -354,15 +361,12 @@ class ShapePandora(LearnedShapeCost):
             raise ValueError(f"inflation must be finite and > 0, got {inflation!r}")
         self.inflation = float(inflation)
         shape = fitted = None
-        if _trusted(prior, warm_requests, self.alpha):
-            if likelihood:
-                fitted = _trusted_likelihood_shape(prior)
-            if fitted is None:
-                shape = CostShape.from_prior(prior, self.alpha)
-                if likelihood and shape is not None and tail_excess(prior, shape):
-                    fitted, shape = _continuous_shape(prior), None  # None: the cold start
-        elif likelihood:
-            fitted = _untrusted_shape(prior)
+        censored = _censored_shape(prior, self._floor) if likelihood else None
+        # the floor read as censoring: the gain on the rewards above it (censored_cost)
+        self._censored = None if censored is None else CensoredGain(censored, self.alpha)
+        self._prior = prior  # a reward under the floor hands the request to the cold start
+        if censored is None:
+            shape, fitted = _learned_shape(prior, warm_requests, self.alpha, likelihood)
         if fitted is not None:
             assert isinstance(prior, CostShapePrior)
             self._z_alpha = fitted.quantile(self.alpha)
@@ -372,11 +376,12 @@ class ShapePandora(LearnedShapeCost):
         self._step = _clipless_lattice(prior) if fitted is not None else None
         self.fitted_shape = fitted
         self.shape = shape
-        if shape is None and fitted is None:
+        if shape is None and fitted is None and censored is None:
             self._start_cold(prior)
         # the cold start runs alongside and caps the request (BLEND_CAP) where a learned shape
-        # decides that may be a blend
-        self._shadow = self._cold_start(prior) if _may_be_blend(prior, fitted, shape) else None
+        # decides that may be a blend: the censored reading's one-mode interior always may
+        blend = censored is not None or _may_be_blend(prior, fitted, shape)
+        self._shadow = self._cold_start(prior) if blend else None
         self._shadow_stop: int | None = None
         self._eval_n = 0
         self._eval_best = -math.inf
@@ -387,6 +392,11 @@ class ShapePandora(LearnedShapeCost):
     def warm(self) -> bool:
         """True when the learned shape decides (False: the cold-start TailPandora)."""
         return self._cold is None
+
+    @property
+    def censored(self) -> bool:
+        """True when the floor read as censoring decides (:mod:`stoppers.robust.censored_cost`)."""
+        return self._censored is not None
 
     @property
     def expected_gain(self) -> float | None:
@@ -410,6 +420,15 @@ class ShapePandora(LearnedShapeCost):
     def _decide(self, reward: float) -> str | None:
         if self.fitted_shape is not None:
             self._seen.append(reward)
+        censored = self._censored
+        if censored is not None:
+            censored.note(reward)
+            if reward < censored.shape.floor:  # not a floor after all: the cold start decides
+                self._censored = None
+                self._start_cold(self._prior)
+                assert self._cold is not None
+                for seen in censored.rewards[:-1]:
+                    self._cold.observe(seen)
         shadow = self._shadow
         if shadow is not None and self._shadow_stop is None and shadow.observe(reward):
             self._shadow_stop = self._n
@@ -421,6 +440,14 @@ class ShapePandora(LearnedShapeCost):
 
     def _warm_decide(self, n: int) -> str | None:
         if not evaluation_due(n, self._best, self._eval_n, self._eval_best):
+            return "threshold" if self._gain <= self.cost else None
+        censored = self._censored
+        if censored is not None:
+            if censored.above == 0:
+                return None  # the floor rule decides while every reward is at the floor
+            self._gain, self._kappa = censored.gain(self._best)
+            self._eval_n = n
+            self._eval_best = self._best
             return "threshold" if self._gain <= self.cost else None
         fitted = self.fitted_shape
         if fitted is not None:
@@ -458,6 +485,36 @@ class ShapePandora(LearnedShapeCost):
         self._eval_n = n
         self._eval_best = self._best
         return "threshold" if self._gain <= self.cost else None
+
+
+def _learned_shape(
+    prior: object, warm_requests: int, alpha: float, likelihood: bool
+) -> tuple[CostShape | None, FittedShape | None]:
+    """(recorded shape for the moment path, likelihood shape) a request decides on; both None:
+    the cold start."""
+    shape = fitted = None
+    if _trusted(prior, warm_requests, alpha):
+        if likelihood:
+            fitted = _trusted_likelihood_shape(prior)
+        if fitted is None:
+            shape = CostShape.from_prior(prior, alpha)  # type: ignore[arg-type]
+            if likelihood and shape is not None and tail_excess(prior, shape):
+                fitted, shape = _continuous_shape(prior), None  # None: the cold start
+    elif likelihood:
+        fitted = _untrusted_shape(prior)
+    return shape, fitted
+
+
+def _censored_shape(prior: object, floor: FloorBound | None) -> CensoredShape | None:
+    """The prior's censored reading (:meth:`CostShapePrior.censored_shape`) where its floor is
+    read as censoring and is the floor this request starts with, and its interiors share one
+    shape (:attr:`CensoredShape.shared`), else None."""
+    if not isinstance(prior, CostShapePrior) or floor is None:
+        return None
+    censored = prior.censored_shape()
+    if censored is None or censored.floor != floor.value or not censored.shared:
+        return None
+    return censored
 
 
 def tail_excess(prior: object, shape: CostShape) -> bool:

@@ -1,0 +1,200 @@
+"""Cost mode where a deployment's rewards pile up at a floor: Weitzman's gain on the censored
+reading.
+
+Why: a judge's clipped scores (the AlpacaEval pool: 56% of its rewards at the lower clip, from 8%
+to 96% per prompt) repeat the floor, so the likelihood paths - fitted to continuous rewards - do
+not run, and every request ran the cold start (:class:`~stoppers.robust.cost.TailPandora`, its
+own tail only). On the pool redrawn to 960 responses per prompt it earned 0.953 / 0.959 of the
+best fixed N at c = 1e-3 / 1e-4: it stopped before a rare best far above the rest was drawn
+(docs/robust-stopping.md, "The real pool's shapes at 960 draws").
+
+Read as censoring, as target mode does (:mod:`stoppers.robust.floor_table`), a prompt draws above
+the floor with probability p and there from an interior shape its deployment shares. Its
+benchmark kappa, the alpha-quantile of all its rewards, is the interior's alpha'-quantile,
+alpha' = 1 - (1 - alpha) / p, and the floor itself where p <= 1 - alpha. One more draw gains only
+when it lands above the floor, so Weitzman's one-step gain (Definitions "Fair-cap value",
+"Weitzman's Algorithm") is
+
+    E[(AR_kappa(V) - AR_kappa(best))+] = p E[(AR_kappa(m + s Z) - AR_kappa(best))+],
+
+Z from the interior shape. The request's interior location m and scale s are integrated out by
+the likelihood of its own rewards above the floor (:meth:`FittedShape.posterior`, as on the
+continuous likelihood path), p over its posterior under the floor's learned distribution of p
+(the NPMLE :attr:`~stoppers.robust.ceiling.RewardFloor.g`). The interior shape is fitted by
+likelihood to the kept streams' rewards above the floor (:meth:`FittedShape.fit`), so it holds
+what the prompts share above their floor: on the pool, a rare best far above the rest.
+
+With one reward above the floor there is no sd: m = x - s Z under a flat prior on m, s from the
+deployment's interior scales (:func:`_one_reward_nodes`). With none, the floor rule
+(:func:`~stoppers.robust.ceiling.floor_gain_bound`) decides, as on every path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from stoppers.robust.bimodality import two_mode_flags
+from stoppers.robust.ceiling import P_GRID, FloorBound
+from stoppers.robust.likelihood_cost import CENTRES, FittedShape
+from stoppers.robust.stop_table import S_BINS, s_bin, scale_prior
+
+__all__ = ["INTERIOR_TWO_MODE_MAX", "CensoredGain", "CensoredShape", "fit_censored"]
+
+# The reading assumes one interior shape the prompts share, placed by each request's location and
+# scale. Where the interiors are two-mode on their own it is not used: the AlpacaEval judge's
+# interiors hold a losing and a winning cluster in per-prompt proportions (0.50-0.74 of its kept
+# interior streams two-mode, against 0.07-0.32 on the judge and Tobit families; 2 deployments x
+# 15-40 requests of each, scratch), and there the reading drew 252 rewards a request where the
+# best fixed N drew 134, or stopped short of a rare winner: 0.856 of that N's profit at c = 1e-3,
+# where the cold start earned 0.934 (docs/robust-stopping.md, "Cost mode reads the floor as
+# censoring").
+INTERIOR_TWO_MODE_MAX = 0.4
+INTERIOR_TESTABLE_MIN = 10  # interior streams long enough to show two modes (bimodality)
+
+# p's posterior is summed over at most this many nodes (posterior-weighted means of equal-mass
+# slices of P_GRID): a node's gain costs a pass over the (m, s) grid.
+P_NODES = 5
+P_WEIGHT_MIN = 1e-3  # grid points of p under this posterior weight add nothing
+_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(5)
+_GH_W = _GH_W / _GH_W.sum()
+ONE_REWARD_Z = 15  # interior quantiles a lone reward above the floor is placed at
+
+
+@dataclass(frozen=True)
+class CensoredShape:
+    """What a request reads from a deployment whose floor is read as censoring: the interior
+    shape, the floor, the learned distribution of p (log, on ``ceiling.P_GRID``) and the
+    interior scales' prior (mean and precision of log sd); ``two_mode_share``: the share of the
+    interior streams long enough to tell that show two modes on their own (None: fewer than
+    ``INTERIOR_TESTABLE_MIN`` of them)."""
+
+    interior: FittedShape
+    floor: float
+    log_g: tuple[float, ...]
+    scale_mu: float
+    scale_precision: float
+    requests: int
+    two_mode_share: float | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Do the interiors look like one shared shape (``INTERIOR_TWO_MODE_MAX``)?"""
+        share = self.two_mode_share
+        return share is not None and share < INTERIOR_TWO_MODE_MAX
+
+
+def fit_censored(
+    interior: list[list[float]], floor: FloorBound, requests: int
+) -> CensoredShape | None:
+    """The censored reading of a deployment: the interior shape fitted to the kept streams'
+    rewards above ``floor`` (``interior``, :func:`~stoppers.robust.floor_table.interior_streams`),
+    their scales, and the floor's ``g``; None where no interior stream has a spread or the fit
+    fails."""
+    sds = np.array([np.std(s, ddof=1) for s in interior])
+    sds = sds[sds > 0.0]
+    if sds.size == 0:
+        return None
+    shape = FittedShape.fit(interior, requests)
+    if shape is None:
+        return None
+    counts = np.bincount(s_bin(np.log(sds)), minlength=S_BINS).astype(np.float64)
+    mu, precision = scale_prior(counts)
+    g = np.full(P_GRID.size, 1.0 / P_GRID.size) if floor.g is None else np.asarray(floor.g)
+    with np.errstate(divide="ignore"):
+        log_g = np.log(g)
+    flags = two_mode_flags(interior)
+    return CensoredShape(
+        interior=shape,
+        floor=floor.value,
+        log_g=tuple(float(v) for v in log_g),
+        scale_mu=mu,
+        scale_precision=precision,
+        requests=int(requests),
+        two_mode_share=float(flags.mean()) if flags.size >= INTERIOR_TESTABLE_MIN else None,
+    )
+
+
+class CensoredGain:
+    """One request's censored gain: its rewards above the floor and the posterior of p, kept
+    draw by draw (:meth:`note`), the gain computed on demand (:meth:`gain`)."""
+
+    def __init__(self, shape: CensoredShape, alpha: float) -> None:
+        self.shape = shape
+        self.alpha = alpha
+        self._weights_p = np.exp(np.asarray(shape.log_g) - max(shape.log_g))
+        self._inside: list[float] = []
+        self.rewards: list[float] = []
+
+    @property
+    def above(self) -> int:
+        """Rewards seen above the floor."""
+        return len(self._inside)
+
+    def note(self, reward: float) -> None:
+        self.rewards.append(reward)
+        if reward > self.shape.floor:
+            self._inside.append(reward)
+
+    def p_nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(p, weight): p's posterior given the draws so far, in at most ``P_NODES`` nodes."""
+        a, n = len(self._inside), len(self.rewards)
+        with np.errstate(divide="ignore"):
+            log_like = (a * np.log(P_GRID) if a else 0.0) + (
+                (n - a) * np.log1p(-P_GRID) if n > a else 0.0
+            )
+            log_post = np.log(self._weights_p) + log_like
+        if not np.isfinite(log_post.max()):  # draws the learned g rules out: the draws alone
+            log_post = log_like
+        w = np.exp(log_post - log_post.max())
+        w /= w.sum()
+        keep = w >= P_WEIGHT_MIN
+        p, w = P_GRID[keep], w[keep] / w[keep].sum()
+        if p.size <= P_NODES:
+            return p, w
+        slot = np.minimum((np.cumsum(w) - 0.5 * w) * P_NODES, P_NODES - 1).astype(np.int64)
+        mass = np.bincount(slot, weights=w, minlength=P_NODES)
+        used = mass > 0.0
+        mean = np.bincount(slot, weights=w * p, minlength=P_NODES)[used] / mass[used]
+        return mean, mass[used]
+
+    def gain(self, best: float) -> tuple[float, float]:
+        """(one-step gain, posterior mean of kappa) with the best ``best`` above the floor and
+        at least one reward above it."""
+        shape = self.shape
+        interior = shape.interior
+        if len(self._inside) >= 2:
+            m, s, w = interior.posterior(
+                np.asarray(self._inside), shape.scale_mu, shape.scale_precision
+            )
+        else:
+            m, s, w = _one_reward_nodes(
+                interior, self._inside[0], shape.scale_mu, shape.scale_precision
+            )
+        total = kappa = 0.0
+        for p, weight in zip(*self.p_nodes(), strict=True):
+            inner_alpha = 1.0 - (1.0 - self.alpha) / p if p > 0.0 else -math.inf
+            if inner_alpha <= 0.0:  # kappa is the floor: any reward above it accepts
+                kappa += weight * shape.floor
+                continue
+            z_alpha = interior.quantile(inner_alpha)
+            total += weight * p * float(w @ interior.node_gains(m, s, best, z_alpha))
+            kappa += weight * float(w @ (m + s * z_alpha))
+        return total, kappa
+
+
+def _one_reward_nodes(
+    interior: FittedShape, x: float, scale_mu: float, scale_precision: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(m, s, weights) for a request with one reward ``x`` above the floor: log s at the
+    Gauss-Hermite nodes of the interior scales' prior, and m = x - s z at ``ONE_REWARD_Z``
+    mid-quantiles z of the interior shape (the posterior of m under a flat prior)."""
+    cdf = np.cumsum(interior.p)
+    levels = (np.arange(ONE_REWARD_Z) + 0.5) / ONE_REWARD_Z
+    z = CENTRES[np.minimum(np.searchsorted(cdf, levels), CENTRES.size - 1)]
+    s = np.exp(scale_mu + _GH_X / math.sqrt(scale_precision))
+    m = x - np.outer(s, z)
+    weights = np.repeat(_GH_W / ONE_REWARD_Z, ONE_REWARD_Z)
+    return m.ravel(), np.repeat(s, ONE_REWARD_Z), weights
