@@ -18,10 +18,13 @@ from stoppers.robust.censored_cost import (
     CensoredShape,
     fit_censored,
 )
+from stoppers.robust.cost import TailPandora
 from stoppers.robust.cost_prior import CENSORED_KEY, CostShapePrior
 from stoppers.robust.floor_table import interior_streams
 from stoppers.robust.likelihood_cost import FittedShape
+from stoppers.robust.policy import kappa_offset
 from stoppers.robust.shape_cost import ShapePandora
+from stoppers.robust.xi_prior import XiPrior
 
 SPREAD = 3.0
 FLOOR = -4.0 * (2.0 + SPREAD)  # where `pandora synth --family judge` puts its floor
@@ -178,3 +181,36 @@ def test_fit_censored_needs_an_interior_spread():
     streams = [list(np.random.default_rng(i).normal(0.0, 1.0, 40)) for i in range(10)]
     fitted = fit_censored(interior_streams(streams, FLOOR), floor, 10)
     assert fitted is not None and fitted.two_mode_share is not None
+
+
+def test_two_clustered_interiors_run_the_cold_start_with_its_margins_whole():
+    """Where the interiors hold a losing and a winning cluster, a tail that looks bounded may end
+    the losing one below a winner not drawn yet: the cold start keeps its margins."""
+    prior = _learned(two_cluster_judge(30, 960, seed=1))
+    assert prior.censored_shape().two_clustered
+    policy = default_cost_policy(COST, max_samples=960, prior=prior)
+    assert policy._cold is not None and policy._cold.full_margins
+    judge = default_cost_policy(COST, max_samples=960, prior=_learned(judge_like(30, 960, seed=0)))
+    assert judge._shadow is not None and not judge._shadow.full_margins
+
+
+def test_full_margins_ignore_a_learned_bounded_tail():
+    """TailPandora's margins: the fit's margin_share of them, all of them with full_margins."""
+    xi = XiPrior()
+    rng = np.random.default_rng(0)
+    for _ in range(30):  # uniform rewards: the deployment learns bounded tails
+        xi.update(rng.normal(0.0, 2.0) + rng.uniform(size=60))
+    rewards = np.random.default_rng(5).normal(size=40)
+    offsets = {}
+    for full in (False, True):
+        policy = TailPandora(1e-6, max_samples=100, prior=xi, full_margins=full)
+        for v in rewards:
+            policy.observe(float(v))
+        fit = policy._tracker.fit
+        assert fit.margin_share < 0.5  # the learned prior drops most of the margins ...
+        share = 1.0 if full else fit.margin_share  # ... unless they are kept whole
+        assert policy._kappa_off == kappa_offset(fit, 0.99, policy.kappa_z * share, xi.weight)
+        widen = 1.0 + share * policy.scale_z / math.sqrt(fit.k)
+        assert policy._optimistic.sigma == pytest.approx(fit.sigma * widen, rel=1e-12)
+        offsets[full] = policy._kappa_off
+    assert offsets[True] > offsets[False]

@@ -85,6 +85,12 @@ class CensoredShape:
         share = self.two_mode_share
         return share is not None and share < INTERIOR_TWO_MODE_MAX
 
+    @property
+    def two_clustered(self) -> bool:
+        """Do the interiors show two clusters on their own (the AlpacaEval judge's shape)?"""
+        share = self.two_mode_share
+        return share is not None and share >= INTERIOR_TWO_MODE_MAX
+
 
 def fit_censored(
     interior: list[list[float]], floor: FloorBound, requests: int

@@ -63,6 +63,10 @@ class TailPandora(TailPolicy):
     tie_ceiling: stop when the best is tied 3 times above lower rewards (a clip the request
         guesses); False once the deployment's ceiling is established
         (:class:`~stoppers.robust.tracker.BestTies`).
+    full_margins: keep both margins whole where the learned xi distribution says the tail is
+        bounded (:class:`~stoppers.robust.shape_cost.ShapePandora` sets it where a floor the
+        rewards pile up at holds interiors with two clusters: the tail seen may end a losing
+        cluster below a winning one not drawn yet).
     """
 
     all_tied = COST_ALL_TIED
@@ -83,6 +87,7 @@ class TailPandora(TailPolicy):
         prior: TailPrior | XiPrior | None = None,
         floor: FloorBound | None = None,
         tie_ceiling: bool = True,
+        full_margins: bool = False,
     ) -> None:
         cost = float(cost)
         if not (cost > 0.0 and math.isfinite(cost)):
@@ -97,6 +102,7 @@ class TailPandora(TailPolicy):
             prior=prior,
             floor=floor,
             tie_ceiling=tie_ceiling,
+            full_margins=full_margins,
         )
         for name, z in (("scale_z", scale_z), ("xi_z", xi_z)):
             if not (z >= 0.0 and math.isfinite(z)):
@@ -115,7 +121,7 @@ class TailPandora(TailPolicy):
         return None if math.isnan(self._gain) else self._gain
 
     def _on_new_fit(self, fit: TailFit) -> None:
-        widen = 1.0 + fit.margin_share * self.scale_z / math.sqrt(fit.k)
+        widen = 1.0 + self._margin_share(fit) * self.scale_z / math.sqrt(fit.k)
         xi_up = fit.xi + self.xi_z * (1.0 + fit.xi) / math.sqrt(fit.k + self.prior.weight)
         self._optimistic = replace(fit, sigma=fit.sigma * widen, xi=min(xi_up, 0.9))
         self._shape_fits = [(w, f, f.kappa_offset(self.alpha)) for w, f in fit.shape_fits()]

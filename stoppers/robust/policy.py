@@ -48,8 +48,10 @@ class TailPolicy(StoppingPolicy):
         prior: TailPrior | XiPrior | None,
         floor: FloorBound | None = None,
         tie_ceiling: bool = True,
+        full_margins: bool = False,
     ) -> None:
         super().__init__(max_samples=max_samples)
+        self.full_margins = bool(full_margins)
         if not (0.0 < alpha < 1.0):
             raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
         self.min_samples = _default_min_samples(min_samples, max_samples)
@@ -107,13 +109,18 @@ class TailPolicy(StoppingPolicy):
             return None
         if refit or fit is not self._fit_seen:
             self._fit_seen = fit
-            z = self.kappa_z * fit.margin_share  # no margin where the tail is bounded
+            z = self.kappa_z * self._margin_share(fit)  # no margin where the tail is bounded
             self._kappa_off = kappa_offset(fit, self.alpha, z, self.prior.weight)
             self._on_new_fit(fit)
         if self._n < self.min_samples:
             return None
         # the mode's statistic only changes with the fit or the best
         return self._test(fit, refresh=refit or reward >= self._best)
+
+    def _margin_share(self, fit: TailFit) -> float:
+        """The share of the confidence margins ``fit`` keeps: its ``margin_share`` (the learned
+        chance of an open tail), 1 with ``full_margins``."""
+        return 1.0 if self.full_margins else fit.margin_share
 
     def _on_new_fit(self, fit: TailFit) -> None:
         """Hook: derive what the stop test needs from a new fit (``self._kappa_off`` is set)."""

@@ -253,6 +253,7 @@ class LearnedShapeCost(StoppingPolicy):
         self._ceiling = ceiling_of(prior)
         self._ties = BestTies(enabled=self._ceiling is None)  # a known top replaces the guess
         self._floor = floor_of(prior)
+        self._full_margins = False  # the cold start's (TailPandora's full_margins)
         self._sum = 0.0
         self._sum_sq = 0.0
 
@@ -274,6 +275,7 @@ class LearnedShapeCost(StoppingPolicy):
             prior=_tail_prior(prior),
             floor=self._floor,
             tie_ceiling=self._ceiling is None,
+            full_margins=self._full_margins,
         )
 
     def _mean_var(self, n: int) -> tuple[float, float]:
@@ -361,8 +363,12 @@ class ShapePandora(LearnedShapeCost):
             raise ValueError(f"inflation must be finite and > 0, got {inflation!r}")
         self.inflation = float(inflation)
         shape = fitted = None
-        censored = _censored_shape(prior, self._floor) if likelihood else None
-        # the floor read as censoring: the gain on the rewards above it (censored_cost)
+        reading = _censored_reading(prior, self._floor) if likelihood else None
+        # the floor read as censoring: the gain on the rewards above it (censored_cost), where
+        # the interiors share a shape; where they hold two clusters the cold start decides, its
+        # margins whole (TailPandora's full_margins)
+        censored = reading if reading is not None and reading.shared else None
+        self._full_margins = reading is not None and reading.two_clustered
         self._censored = None if censored is None else CensoredGain(censored, self.alpha)
         self._prior = prior  # a reward under the floor hands the request to the cold start
         if censored is None:
@@ -505,16 +511,13 @@ def _learned_shape(
     return shape, fitted
 
 
-def _censored_shape(prior: object, floor: FloorBound | None) -> CensoredShape | None:
+def _censored_reading(prior: object, floor: FloorBound | None) -> CensoredShape | None:
     """The prior's censored reading (:meth:`CostShapePrior.censored_shape`) where its floor is
-    read as censoring and is the floor this request starts with, and its interiors share one
-    shape (:attr:`CensoredShape.shared`), else None."""
+    read as censoring and is the floor this request starts with, else None."""
     if not isinstance(prior, CostShapePrior) or floor is None:
         return None
     censored = prior.censored_shape()
-    if censored is None or censored.floor != floor.value or not censored.shared:
-        return None
-    return censored
+    return censored if censored is not None and censored.floor == floor.value else None
 
 
 def tail_excess(prior: object, shape: CostShape) -> bool:
