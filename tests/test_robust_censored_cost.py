@@ -214,3 +214,25 @@ def test_full_margins_ignore_a_learned_bounded_tail():
         assert policy._optimistic.sigma == pytest.approx(fit.sigma * widen, rel=1e-12)
         offsets[full] = policy._kappa_off
     assert offsets[True] > offsets[False]
+
+
+def test_a_floor_the_rewards_pile_up_at_keeps_the_cold_starts_margins_before_any_reading():
+    """Before ten interior streams are kept there is no censored reading: the cold start runs,
+    its margins whole wherever the floor holds a fifth of the kept rewards."""
+    rows = judge_like(30, 960, seed=4)
+    prior = _learned(rows[:6])
+    assert prior.censoring_floor() is None and prior.piled_floor() is not None
+    policy = default_cost_policy(COST, max_samples=960, prior=prior)
+    assert not policy.censored and policy._cold is not None and policy._cold.full_margins
+    plain = _learned(np.random.default_rng(6).normal(0.0, 1.0, (12, 96)))
+    assert plain.piled_floor() is None
+    assert not default_cost_policy(COST, max_samples=960, prior=plain)._full_margins
+
+
+def test_the_piled_floor_is_recomputed_as_the_prior_learns():
+    rows = judge_like(30, 960, seed=4)
+    prior = _learned(rows[:2])
+    assert prior.piled_floor() is None  # not established: two requests reached it
+    for row in rows[2:6]:
+        prior.update(row[:96])
+    assert prior.piled_floor() is not None and prior.piled_floor().value == FLOOR

@@ -365,10 +365,10 @@ class ShapePandora(LearnedShapeCost):
         shape = fitted = None
         reading = _censored_reading(prior, self._floor) if likelihood else None
         # the floor read as censoring: the gain on the rewards above it (censored_cost), where
-        # the interiors share a shape; where they hold two clusters the cold start decides, its
-        # margins whole (TailPandora's full_margins)
+        # the interiors share a shape; elsewhere on such a floor the cold start decides with its
+        # margins whole (TailPandora's full_margins; see _floor_piles_up)
         censored = reading if reading is not None and reading.shared else None
-        self._full_margins = reading is not None and reading.two_clustered
+        self._full_margins = censored is None and _floor_piles_up(prior, self._floor)
         self._censored = None if censored is None else CensoredGain(censored, self.alpha)
         self._prior = prior  # a reward under the floor hands the request to the cold start
         if censored is None:
@@ -509,6 +509,21 @@ def _learned_shape(
     elif likelihood:
         fitted = _untrusted_shape(prior)
     return shape, fitted
+
+
+def _floor_piles_up(prior: object, floor: FloorBound | None) -> bool:
+    """Do the deployment's continuous rewards pile up at ``floor``, the floor this request starts
+    with (:meth:`ShapePrior.piled_floor`)? There the cold start keeps its confidence margins
+    whole, where a learned bounded tail would drop them (``XiPrior.margin_share``): the tail a
+    request sees above such a floor may end a losing cluster below a winning one it has not
+    drawn (the AlpacaEval judge: its interiors are two-mode on their own). Measured in
+    deployments of 24 prompts at c = 1e-3 / 1e-4 (docs/robust-stopping.md, "Cost mode reads
+    the floor as censoring"): the pool redrawn to 960 went 0.934 / 0.945 -> 0.956 / 0.980 of
+    the best fixed N, and the judge family's cold-start requests earned more as well."""
+    if not isinstance(prior, ShapePrior) or floor is None:
+        return False
+    piled = prior.piled_floor()
+    return piled is not None and piled.value == floor.value
 
 
 def _censored_reading(prior: object, floor: FloorBound | None) -> CensoredShape | None:

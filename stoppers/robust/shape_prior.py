@@ -221,6 +221,10 @@ class ShapePrior:
     # the StreamFacts of each kept stream, kept in step with them (tied_streams, lattice_step,
     # CostShapePrior.stream_maxima); not persisted
     _shape: tuple[int, FittedShape] | None = field(default=None, repr=False, compare=False)
+    # piled_floor's answer and what it was computed at (requests, streams kept, floor, ceiling)
+    _piled: tuple[tuple, FloorBound | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
     # the interior shape of the newest floor-table build (build_floor_table), by request count
     _fitted_interior: dict[int, np.ndarray | None] = field(
         default_factory=dict, repr=False, compare=False
@@ -580,12 +584,19 @@ class ShapePrior:
 
         return build
 
-    def censoring_floor(self) -> tuple[FloorBound, list[list[float]]] | None:
-        """The floor and the kept streams' interiors where target tables read the floor as
-        censoring (:mod:`stoppers.robust.floor_table`): the scores are continuous, the floor is
-        established and piled up (:attr:`RewardFloor.clip`), at least ``FLOOR_SHARE_MIN`` of the
-        kept rewards sit at it and less than ``CEILING_SHARE_MAX`` at an established ceiling, and
-        ``INTERIOR_STREAMS_MIN`` kept streams have ``INTERIOR_MIN`` rewards above it."""
+    def piled_floor(self) -> FloorBound | None:
+        """The floor where continuous scores pile up at it: established and piled up
+        (:attr:`RewardFloor.clip`), at least ``FLOOR_SHARE_MIN`` of the kept rewards at it and
+        less than ``CEILING_SHARE_MAX`` at an established ceiling; else None. Computed once per
+        state of the requests, streams, floor and ceiling (it reads every kept reward)."""
+        key = (self.requests, len(self.streams), self.floor.clip, self.ceiling.bound)
+        cached = self._piled
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        self._piled = (key, self._piled_floor())
+        return self._piled[1]
+
+    def _piled_floor(self) -> FloorBound | None:
         if not self.likelihood or self.floor.clip is None or self.lattice_step() is not None:
             return None  # the floor table simulates no lattice: rounded scores keep the plain one
         floor = floor_of(self)
@@ -593,6 +604,15 @@ class ShapePrior:
             return None
         top = self.ceiling.bound  # a pile-up at the top censors the interior too, unsimulated
         if top is not None and ceiling_share(self.streams, top) >= CEILING_SHARE_MAX:
+            return None
+        return floor
+
+    def censoring_floor(self) -> tuple[FloorBound, list[list[float]]] | None:
+        """The floor and the kept streams' interiors where target tables read the floor as
+        censoring (:mod:`stoppers.robust.floor_table`): a :meth:`piled_floor`, and
+        ``INTERIOR_STREAMS_MIN`` kept streams with ``INTERIOR_MIN`` rewards above it."""
+        floor = self.piled_floor()
+        if floor is None:
             return None
         interior = interior_streams(self.streams, floor.value)
         return (floor, interior) if len(interior) >= INTERIOR_STREAMS_MIN else None
