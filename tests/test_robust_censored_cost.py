@@ -8,19 +8,21 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from stoppers import default_cost_policy, new_deployment_prior
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust.ceiling import P_GRID, FloorBound
 from stoppers.robust.censored_cost import (
+    FLOOR_DEPENDENCE_Z,
     INTERIOR_TWO_MODE_MAX,
     CensoredGain,
     CensoredShape,
     fit_censored,
+    floor_dependence,
 )
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.cost_prior import CENSORED_KEY, CostShapePrior
-from stoppers.robust.floor_table import interior_streams
 from stoppers.robust.likelihood_cost import FittedShape
 from stoppers.robust.policy import kappa_offset
 from stoppers.robust.shape_cost import ShapePandora
@@ -179,7 +181,7 @@ def test_fit_censored_needs_an_interior_spread():
     floor = FloorBound(FLOOR)
     assert fit_censored([[1.0, 1.0, 1.0, 1.0]] * 10, floor, 10) is None
     streams = [list(np.random.default_rng(i).normal(0.0, 1.0, 40)) for i in range(10)]
-    fitted = fit_censored(interior_streams(streams, FLOOR), floor, 10)
+    fitted = fit_censored(streams, floor, 10)
     assert fitted is not None and fitted.two_mode_share is not None
 
 
@@ -187,7 +189,8 @@ def test_two_clustered_interiors_run_the_cold_start_with_its_margins_whole():
     """Where the interiors hold a losing and a winning cluster, a tail that looks bounded may end
     the losing one below a winner not drawn yet: the cold start keeps its margins."""
     prior = _learned(two_cluster_judge(30, 960, seed=1))
-    assert prior.censored_shape().two_clustered
+    reading = prior.censored_shape()
+    assert not reading.shared and reading.two_mode_share >= INTERIOR_TWO_MODE_MAX
     policy = default_cost_policy(COST, max_samples=960, prior=prior)
     assert policy._cold is not None and policy._cold.full_margins
     judge = default_cost_policy(COST, max_samples=960, prior=_learned(judge_like(30, 960, seed=0)))
@@ -236,3 +239,32 @@ def test_the_piled_floor_is_recomputed_as_the_prior_learns():
     for row in rows[2:6]:
         prior.update(row[:96])
     assert prior.piled_floor() is not None and prior.piled_floor().value == FLOOR
+
+
+def test_a_tobit_floor_whose_interiors_follow_the_share_at_it_keeps_the_cold_start():
+    """A normal cut at a floor (`pandora synth --family floored`): the more of a prompt the
+    floor takes, the more skewed the rest. The reading's one interior shape whatever p does not
+    hold, and the skewness test says so; the judge's interiors pass it."""
+    spec = SynthSpec(family="floored", prompts=30, samples=960, seed=0, loc_mean=-2.0)
+    tobit = _learned(generate(spec)["rewards"])
+    reading = tobit.censored_shape()
+    assert reading is not None and reading.floor_dependence > FLOOR_DEPENDENCE_Z
+    assert not reading.shared
+    policy = default_cost_policy(COST, max_samples=960, prior=tobit)
+    assert not policy.censored and policy._cold is not None and policy._cold.full_margins
+    judge = _learned(judge_like(30, 960, seed=0)).censored_shape()
+    assert abs(judge.floor_dependence) <= FLOOR_DEPENDENCE_Z
+
+
+def test_floor_dependence_is_the_spearman_z_of_share_against_skewness():
+    rng = np.random.default_rng(7)
+    streams = []
+    for i in range(12):
+        inside = rng.exponential(1.0, 30) if i % 2 else rng.normal(0.0, 1.0, 30)
+        streams.append([FLOOR] * (5 + 10 * (i % 2)) + list(inside))
+    z = floor_dependence(streams, FLOOR)
+    shares = [(5 + 10 * (i % 2)) / (35 + 10 * (i % 2)) for i in range(12)]
+    skews = [stats.skew(np.asarray(s)[np.asarray(s) > FLOOR]) for s in streams]
+    assert z == pytest.approx(stats.spearmanr(shares, skews)[0] * math.sqrt(11), rel=1e-12)
+    assert z > 0.0  # the skewed interiors are the floor-heavy ones
+    assert floor_dependence(streams[:9], FLOOR) is None  # too few streams to tell

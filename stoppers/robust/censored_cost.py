@@ -32,12 +32,15 @@ deployment's interior scales (:func:`_one_reward_nodes`). With none, the floor r
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from stoppers.robust.bimodality import two_mode_flags
 from stoppers.robust.ceiling import P_GRID, FloorBound
+from stoppers.robust.floor_table import interior_streams
 from stoppers.robust.likelihood_cost import CENTRES, FittedShape
 from stoppers.robust.stop_table import S_BINS, s_bin, scale_prior
 
@@ -53,6 +56,18 @@ __all__ = ["INTERIOR_TWO_MODE_MAX", "CensoredGain", "CensoredShape", "fit_censor
 # censoring").
 INTERIOR_TWO_MODE_MAX = 0.4
 INTERIOR_TESTABLE_MIN = 10  # interior streams long enough to show two modes (bimodality)
+# ... nor where the interior's shape follows the share at the floor, as a Tobit's does (a normal
+# cut at the floor: the more of a prompt the floor takes, the more its interior is a skewed
+# upper tail). The reading assumes one interior shape whatever p, so it is tested: the Spearman
+# correlation across kept streams between the share at the floor and the interior's skewness,
+# as a z statistic r sqrt(m - 1) (m streams with SKEW_MIN_INTERIOR rewards above the floor, at
+# least INTERIOR_TESTABLE_MIN). r after 15 / 25 / 40 requests, 3 deployments each (scratch
+# `skewcorr.py`): `judge` -0.29 to +0.16, `floored` at sd 1 +0.19 to +0.87, at sd 3.5 -0.15 to
+# +0.80; there the reading earned 0.9957 / 0.9995 of the best fixed N at c = 1e-4 on its
+# requests, the cold start 1.0014 / 1.0018 (docs/robust-stopping.md, "Cost mode reads the
+# floor as censoring").
+FLOOR_DEPENDENCE_Z = 2.0
+SKEW_MIN_INTERIOR = 8
 
 # p's posterior is summed over at most this many nodes (posterior-weighted means of equal-mass
 # slices of P_GRID): a node's gain costs a pass over the (m, s) grid.
@@ -68,8 +83,9 @@ class CensoredShape:
     """What a request reads from a deployment whose floor is read as censoring: the interior
     shape, the floor, the learned distribution of p (log, on ``ceiling.P_GRID``) and the
     interior scales' prior (mean and precision of log sd); ``two_mode_share``: the share of the
-    interior streams long enough to tell that show two modes on their own (None: fewer than
-    ``INTERIOR_TESTABLE_MIN`` of them)."""
+    interior streams long enough to tell that show two modes on their own, ``floor_dependence``:
+    the z statistic of the interiors' skewness following the share at the floor (each None:
+    fewer than ``INTERIOR_TESTABLE_MIN`` streams to tell)."""
 
     interior: FittedShape
     floor: float
@@ -78,27 +94,27 @@ class CensoredShape:
     scale_precision: float
     requests: int
     two_mode_share: float | None = None
+    floor_dependence: float | None = None
 
     @property
     def shared(self) -> bool:
-        """Do the interiors look like one shared shape (``INTERIOR_TWO_MODE_MAX``)?"""
-        share = self.two_mode_share
-        return share is not None and share < INTERIOR_TWO_MODE_MAX
-
-    @property
-    def two_clustered(self) -> bool:
-        """Do the interiors show two clusters on their own (the AlpacaEval judge's shape)?"""
-        share = self.two_mode_share
-        return share is not None and share >= INTERIOR_TWO_MODE_MAX
+        """Do the interiors look like one shape whatever the share at the floor: not two-mode
+        on their own (``INTERIOR_TWO_MODE_MAX``), their skewness not following that share
+        (``FLOOR_DEPENDENCE_Z``)?"""
+        share, z = self.two_mode_share, self.floor_dependence
+        if share is None or share >= INTERIOR_TWO_MODE_MAX:
+            return False
+        return z is not None and abs(z) <= FLOOR_DEPENDENCE_Z
 
 
 def fit_censored(
-    interior: list[list[float]], floor: FloorBound, requests: int
+    streams: Sequence[Sequence[float]], floor: FloorBound, requests: int
 ) -> CensoredShape | None:
-    """The censored reading of a deployment: the interior shape fitted to the kept streams'
-    rewards above ``floor`` (``interior``, :func:`~stoppers.robust.floor_table.interior_streams`),
-    their scales, and the floor's ``g``; None where no interior stream has a spread or the fit
-    fails."""
+    """The censored reading of a deployment: the interior shape fitted to the kept ``streams``'
+    rewards above ``floor`` (:func:`~stoppers.robust.floor_table.interior_streams`), their
+    scales, the floor's ``g`` and the two tests of a shared interior; None where no interior
+    stream has a spread or the fit fails."""
+    interior = interior_streams(streams, floor.value)
     sds = np.array([np.std(s, ddof=1) for s in interior])
     sds = sds[sds > 0.0]
     if sds.size == 0:
@@ -120,7 +136,27 @@ def fit_censored(
         scale_precision=precision,
         requests=int(requests),
         two_mode_share=float(flags.mean()) if flags.size >= INTERIOR_TESTABLE_MIN else None,
+        floor_dependence=floor_dependence(streams, floor.value),
     )
+
+
+def floor_dependence(streams: Sequence[Sequence[float]], floor: float) -> float | None:
+    """r sqrt(m - 1), r the Spearman correlation across the m ``streams`` with
+    ``SKEW_MIN_INTERIOR`` rewards above ``floor`` (and a spread there) between their share at the
+    floor and their interior's skewness; None for fewer than ``INTERIOR_TESTABLE_MIN`` such
+    streams or no variation in either."""
+    shares, skews = [], []
+    for stream in streams:
+        x = np.asarray(stream, dtype=np.float64)
+        inside = x[x > floor]
+        if inside.size >= SKEW_MIN_INTERIOR and inside.std() > 0.0:
+            shares.append(1.0 - inside.size / x.size)
+            skews.append(float(stats.skew(inside)))
+    m = len(shares)
+    if m < INTERIOR_TESTABLE_MIN or np.ptp(shares) == 0.0 or np.ptp(skews) == 0.0:
+        return None
+    r = float(stats.spearmanr(shares, skews)[0])
+    return r * math.sqrt(m - 1) if math.isfinite(r) else None
 
 
 class CensoredGain:

@@ -239,8 +239,8 @@ class CostShapePrior(ShapePrior):
             censored = self.censoring_floor()
             if censored is None:
                 return lambda: None
-            floor, interior = censored
-            return lambda: fit_censored(interior, floor, requests)
+            floor, streams = censored[0], list(self.streams)  # kept streams never change
+            return lambda: fit_censored(streams, floor, requests)
         if key != LIKELIHOOD_KEY:
             return super().prepare(key)
         streams, step = list(self.streams), self.lattice_step()
