@@ -239,6 +239,9 @@ def test_the_piled_floor_is_recomputed_as_the_prior_learns():
     for row in rows[2:6]:
         prior.update(row[:96])
     assert prior.piled_floor() is not None and prior.piled_floor().value == FLOOR
+    before = prior.piled_floor().g
+    prior.update([FLOOR, FLOOR, 1.0])  # too short to count as a request; the floor learns p
+    assert prior.piled_floor().g == tuple(prior.floor.g) != before
 
 
 def test_a_tobit_floor_whose_interiors_follow_the_share_at_it_keeps_the_cold_start():

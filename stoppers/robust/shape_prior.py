@@ -221,10 +221,8 @@ class ShapePrior:
     # the StreamFacts of each kept stream, kept in step with them (tied_streams, lattice_step,
     # CostShapePrior.stream_maxima); not persisted
     _shape: tuple[int, FittedShape] | None = field(default=None, repr=False, compare=False)
-    # piled_floor's answer and what it was computed at (requests, streams kept, floor, ceiling)
-    _piled: tuple[tuple, FloorBound | None] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
+    # whether piled_floor's test passed, and at what (requests, streams kept, floor, ceiling)
+    _piled: tuple[tuple, bool] | None = field(default=None, init=False, repr=False, compare=False)
     # the interior shape of the newest floor-table build (build_floor_table), by request count
     _fitted_interior: dict[int, np.ndarray | None] = field(
         default_factory=dict, repr=False, compare=False
@@ -587,14 +585,14 @@ class ShapePrior:
     def piled_floor(self) -> FloorBound | None:
         """The floor where continuous scores pile up at it: established and piled up
         (:attr:`RewardFloor.clip`), at least ``FLOOR_SHARE_MIN`` of the kept rewards at it and
-        less than ``CEILING_SHARE_MAX`` at an established ceiling; else None. Computed once per
-        state of the requests, streams, floor and ceiling (it reads every kept reward)."""
+        less than ``CEILING_SHARE_MAX`` at an established ceiling; else None. The test is run
+        once per state of the requests, streams, floor and ceiling (it reads every kept
+        reward); the floor's learned p and lift are read fresh."""
         key = (self.requests, len(self.streams), self.floor.clip, self.ceiling.bound)
         cached = self._piled
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        self._piled = (key, self._piled_floor())
-        return self._piled[1]
+        if cached is None or cached[0] != key:
+            cached = self._piled = (key, self._piled_floor() is not None)
+        return floor_of(self) if cached[1] else None  # read fresh: g and lift move per update
 
     def _piled_floor(self) -> FloorBound | None:
         if not self.likelihood or self.floor.clip is None or self.lattice_step() is not None:
