@@ -40,9 +40,9 @@ from scipy import stats
 
 from stoppers.robust.bimodality import two_mode_flags
 from stoppers.robust.ceiling import P_GRID, FloorBound
-from stoppers.robust.floor_table import interior_streams
+from stoppers.robust.floor_table import interior_streams, learned_g, scale_counts
 from stoppers.robust.likelihood_cost import CENTRES, FittedShape
-from stoppers.robust.stop_table import S_BINS, s_bin, scale_prior
+from stoppers.robust.stop_table import scale_prior
 
 __all__ = ["INTERIOR_TWO_MODE_MAX", "CensoredGain", "CensoredShape", "fit_censored"]
 
@@ -115,18 +115,15 @@ def fit_censored(
     scales, the floor's ``g`` and the two tests of a shared interior; None where no interior
     stream has a spread or the fit fails."""
     interior = interior_streams(streams, floor.value)
-    sds = np.array([np.std(s, ddof=1) for s in interior])
-    sds = sds[sds > 0.0]
-    if sds.size == 0:
+    counts = scale_counts(interior)
+    if counts is None:
         return None
     shape = FittedShape.fit(interior, requests)
     if shape is None:
         return None
-    counts = np.bincount(s_bin(np.log(sds)), minlength=S_BINS).astype(np.float64)
     mu, precision = scale_prior(counts)
-    g = np.full(P_GRID.size, 1.0 / P_GRID.size) if floor.g is None else np.asarray(floor.g)
     with np.errstate(divide="ignore"):
-        log_g = np.log(g)
+        log_g = np.log(learned_g(floor))
     flags = two_mode_flags(interior)
     return CensoredShape(
         interior=shape,

@@ -191,6 +191,21 @@ def ceiling_share(streams: Sequence[Sequence[float]], ceiling: float) -> float:
     return floor_share([[-v for v in s] for s in streams], -ceiling)
 
 
+def scale_counts(streams: Sequence[Sequence[float]]) -> np.ndarray | None:
+    """The log-sd histogram (``stop_table.s_bin``) of the ``streams`` with a spread; None if
+    none has one."""
+    sds = np.array([np.std(s, ddof=1) for s in streams])
+    sds = sds[sds > 0.0]
+    if sds.size == 0:
+        return None
+    return np.bincount(s_bin(np.log(sds)), minlength=S_BINS).astype(np.float64)
+
+
+def learned_g(floor: FloorBound) -> np.ndarray:
+    """The floor's learned distribution of p on ``ceiling.P_GRID`` (uniform if None)."""
+    return np.full(P_GRID.size, 1.0 / P_GRID.size) if floor.g is None else np.asarray(floor.g)
+
+
 def build_floor_table(
     shape: np.ndarray,
     streams: list[list[float]],
@@ -209,11 +224,9 @@ def build_floor_table(
     distribution of p (``floor.g``, uniform if None), calibrated by simulation; None where no
     interior stream has a spread."""
     w = shape / shape.sum()
-    sds = np.array([np.std(s, ddof=1) for s in streams])
-    sds = sds[sds > 0.0]
-    if sds.size == 0:
+    s_counts = scale_counts(streams)
+    if s_counts is None:
         return None
-    s_counts = np.bincount(s_bin(np.log(sds)), minlength=S_BINS).astype(np.float64)
     sw = s_counts / s_counts.sum()
     rows, quantiles = [], []
     base = None
@@ -224,7 +237,7 @@ def build_floor_table(
         quantiles.append(q)
         base = rule
     assert base is not None
-    g = np.full(P_GRID.size, 1.0 / P_GRID.size) if floor.g is None else np.asarray(floor.g)
+    g = learned_g(floor)
     with np.errstate(divide="ignore"):
         log_g = np.log(g)
     table = FloorTable(

@@ -223,6 +223,10 @@ class ShapePrior:
     _shape: tuple[int, FittedShape] | None = field(default=None, repr=False, compare=False)
     # whether piled_floor's test passed, and at what (requests, streams kept, floor, ceiling)
     _piled: tuple[tuple, bool] | None = field(default=None, init=False, repr=False, compare=False)
+    # censoring_floor's interior streams, at the same state
+    _interior: tuple[tuple, list[list[float]]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
     # the interior shape of the newest floor-table build (build_floor_table), by request count
     _fitted_interior: dict[int, np.ndarray | None] = field(
         default_factory=dict, repr=False, compare=False
@@ -612,7 +616,12 @@ class ShapePrior:
         floor = self.piled_floor()
         if floor is None:
             return None
-        interior = interior_streams(self.streams, floor.value)
+        assert self._piled is not None  # set by piled_floor, with the state it was read at
+        key = self._piled[0]
+        cached = self._interior
+        if cached is None or cached[0] != key:  # every request asks: read the streams once
+            cached = self._interior = (key, interior_streams(self.streams, floor.value))
+        interior = cached[1]
         return (floor, interior) if len(interior) >= INTERIOR_STREAMS_MIN else None
 
     def install(self, key: TableKey, table: AnyTable) -> bool:
