@@ -34,3 +34,17 @@ def test_times_one_window_per_repeat_on_rounded_rewards_when_asked():
     _Recorder.seen = []
     observe_latency(_Recorder, 33, repeats=1)
     assert len(set(_Recorder.seen)) == len(_Recorder.seen)  # Student-t draws do not repeat
+
+
+def test_raises_rewards_to_a_floor_when_asked():
+    _Recorder.seen = []
+    observe_latency(_Recorder, 64, repeats=2, floor=-1.0)
+    seen = np.asarray(_Recorder.seen)
+    assert seen.min() == -1.0 and 0.05 < np.mean(seen == -1.0) < 0.5  # t(3) under -1: 0.2
+
+
+def test_the_cut_row_times_the_cut_reading():
+    from stoppers.robust.bench import _cut_unreachable
+
+    t = observe_latency(_cut_unreachable(), 40, repeats=2, floor=-1.0)
+    assert t.size == 2 * 2 and np.all(t > 0.0)

@@ -14,6 +14,7 @@ from stoppers import default_cost_policy, new_deployment_prior
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust.ceiling import P_GRID, FloorBound
 from stoppers.robust.censored_cost import (
+    CUT_EVIDENCE,
     FLOOR_DEPENDENCE_Z,
     INTERIOR_TWO_MODE_MAX,
     CensoredGain,
@@ -244,19 +245,25 @@ def test_the_piled_floor_is_recomputed_as_the_prior_learns():
     assert prior.piled_floor().g == tuple(prior.floor.g) != before
 
 
-def test_a_tobit_floor_whose_interiors_follow_the_share_at_it_keeps_the_cold_start():
+def test_a_tobit_floor_is_read_as_a_cut_and_a_judges_as_censoring():
     """A normal cut at a floor (`pandora synth --family floored`): the more of a prompt the
-    floor takes, the more skewed the rest. The reading's one interior shape whatever p does not
-    hold, and the skewness test says so; the judge's interiors pass it."""
+    floor takes, the more skewed the rest, so no interior shape is shared whatever p; the cut
+    reading explains its streams better. The judge's floor lies far below interiors that do not
+    depend on its share: there the censored reading wins by far."""
     spec = SynthSpec(family="floored", prompts=30, samples=960, seed=0, loc_mean=-2.0)
-    tobit = _learned(generate(spec)["rewards"])
-    reading = tobit.censored_shape()
-    assert reading is not None and reading.floor_dependence > FLOOR_DEPENDENCE_Z
-    assert not reading.shared
-    policy = default_cost_policy(COST, max_samples=960, prior=tobit)
-    assert not policy.censored and policy._cold is not None and policy._cold.full_margins
+    tobit = _learned(generate(spec)["rewards"]).censored_shape()
+    assert tobit is not None and tobit.cut and not tobit.shared
+    assert tobit.cut_evidence > CUT_EVIDENCE + 50.0
     judge = _learned(judge_like(30, 960, seed=0)).censored_shape()
+    assert judge is not None and judge.shared and not judge.cut
+    assert judge.cut_evidence < CUT_EVIDENCE - 1000.0
     assert abs(judge.floor_dependence) <= FLOOR_DEPENDENCE_Z
+
+
+def test_two_mode_interiors_are_read_neither_way():
+    reading = _learned(two_cluster_judge(30, 960, seed=1)).censored_shape()
+    assert reading is not None and not reading.one_mode
+    assert not reading.cut and not reading.shared and reading.latent is None
 
 
 def test_floor_dependence_is_the_spearman_z_of_share_against_skewness():

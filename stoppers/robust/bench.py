@@ -6,7 +6,8 @@ it cannot reach (kappa_z = 50; ShapePandora: warm on 40 learned Student-t reques
 below any gain;
 TailPandora+XiPrior: the xi distribution those requests taught; PooledTargetAcceptance also on
 a bimodal deployment, where its multiplier rule decides, and on a judge-like one, where its
-censored table rule does; ShapePandora there too, on its censored reading), then each of
+censored table rule does; ShapePandora there too, on its censored reading, and on a Tobit
+deployment on its cut reading), then each of
 ``--repeats`` copies of that state observes a fresh stream of max(1, n // 16) more rewards,
 each ``observe`` timed. Why a window and not one reward per copy: a policy that re-evaluates
 on a schedule (ShapePandora every n/32 rewards, the GPD policies' refits after 1/8 growth) does
@@ -33,16 +34,23 @@ __all__ = ["main", "observe_latency"]
 
 
 def observe_latency(
-    make, n: int, repeats: int, seed: int = 0, step: float | None = None
+    make,
+    n: int,
+    repeats: int,
+    seed: int = 0,
+    step: float | None = None,
+    floor: float | None = None,
 ) -> np.ndarray:
     """Seconds per ``observe`` of rewards n, n + 1, ..., n + max(1, n // 16) - 1: one window
     per repeat, each on a copy of the state after n - 1 rewards (all windows concatenated).
-    Rewards are Student-t(3), rounded to multiples of ``step`` if given (a judge's ratings)."""
+    Rewards are Student-t(3), rounded to multiples of ``step`` if given (a judge's ratings),
+    raised to ``floor`` if given (a floor the rewards pile up at)."""
     rng = np.random.default_rng(seed)
 
     def draws(shape):
         x = rng.standard_t(3.0, shape)
-        return (x if step is None else step * np.round(x / step)).tolist()
+        x = x if step is None else step * np.round(x / step)
+        return (x if floor is None else np.maximum(x, floor)).tolist()
 
     for _attempt in range(20):
         policy = make()
@@ -206,6 +214,30 @@ def _censored_unreachable():
     return make
 
 
+CUT_FLOOR = -1.0  # where the cut row's deployment and timed rewards pile up (a fifth of t(3))
+
+
+def _cut_unreachable():
+    """ShapePandora on its cut reading (30 requests of ``pandora synth --family floored
+    --loc-mean -2``, moved so that their floor is ``CUT_FLOOR``, where the timed Student-t
+    rewards are raised to) whose cost is set below any gain after construction."""
+    from stoppers.replay.synth import SynthSpec, generate
+
+    prior = cost_shape_prior()
+    spec = SynthSpec(family="floored", prompts=30, samples=120, seed=1, loc_mean=-2.0)
+    rewards = generate(spec)["rewards"]
+    for row in rewards - rewards.min() + CUT_FLOOR:
+        prior.update(row)
+
+    def make():
+        policy = ShapePandora(1e-3, max_samples=10_000, prior=prior)
+        assert policy.floor_cuts
+        policy.cost = -1.0
+        return _never_stopping_cold_start(policy, prior)
+
+    return make
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000)
@@ -232,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         "ShapePandora(lattice)": _likelihood_unreachable(rounded),
         # on a judge-like deployment (a floor the rewards pile up at): the censored reading
         "ShapePandora(censored)": _censored_unreachable(),
+        # on a Tobit deployment (one shape cut at a floor): the cut reading
+        "ShapePandora(cut)": _cut_unreachable(),
         "PooledTargetAcceptance": _pooled_unreachable(),
         # on a bimodal deployment: its multiplier rule
         "PooledTarget(multimodal)": _multiplier_unreachable(),
@@ -243,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, make in makers.items():
         for n in sizes:
             step = 1.0 if name == "ShapePandora(lattice)" else None
-            t = observe_latency(make, n, args.repeats, step=step) * 1e6
+            floor = CUT_FLOOR if name == "ShapePandora(cut)" else None
+            t = observe_latency(make, n, args.repeats, step=step, floor=floor) * 1e6
             print(
                 f"{name:24s} {n:5d} {np.median(t):10.2f} {np.percentile(t, 99):9.2f} "
                 f"{t.mean():9.2f}"

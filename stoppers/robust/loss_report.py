@@ -118,13 +118,14 @@ def _policy_maker(
 def decision_path(policy: StoppingPolicy) -> str:
     """What decides ``policy``'s request: ``"cold start"`` (TailPandora, the default's rule
     until its prior has learned enough and for tied rewards), ``"likelihood"`` (the default's
-    likelihood path), ``"censored"`` (its floor read as censoring), ``"learned shape"`` (its
-    trusted recorded shape, the moment path); other policies by class name."""
+    likelihood path), ``"censored"`` (its floor read as censoring), ``"cut"`` (its floor read
+    as cutting one latent shape), ``"learned shape"`` (its trusted recorded shape, the moment
+    path); other policies by class name."""
     if isinstance(policy, ShapePandora):
         if not policy.warm:
             return "cold start"
         if policy.censored:
-            return "censored"
+            return "cut" if policy.floor_cuts else "censored"
         return "likelihood" if policy.fitted_shape is not None else "learned shape"
     return type(policy).__name__
 

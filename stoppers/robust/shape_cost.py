@@ -367,7 +367,7 @@ class ShapePandora(LearnedShapeCost):
         # the floor read as censoring: the gain on the rewards above it (censored_cost), where
         # the interiors share a shape; elsewhere on such a floor the cold start decides with its
         # margins whole (TailPandora's full_margins; see _floor_piles_up)
-        censored = reading if reading is not None and reading.shared else None
+        censored = reading if reading is not None and (reading.shared or reading.cut) else None
         self._full_margins = censored is None and _floor_piles_up(prior, self._floor)
         self._censored = None if censored is None else CensoredGain(censored, self.alpha)
         self._prior = prior  # a reward under the floor hands the request to the cold start
@@ -403,6 +403,12 @@ class ShapePandora(LearnedShapeCost):
     def censored(self) -> bool:
         """True when the floor read as censoring decides (:mod:`stoppers.robust.censored_cost`)."""
         return self._censored is not None
+
+    @property
+    def floor_cuts(self) -> bool:
+        """True when the floor read as cutting one latent shape decides
+        (:mod:`stoppers.robust.latent_shape`)."""
+        return self._censored is not None and self._censored.shape.cut
 
     @property
     def expected_gain(self) -> float | None:
