@@ -204,14 +204,7 @@ def _censored_unreachable():
     prior = cost_shape_prior()
     for row in generate(SynthSpec(family="judge", prompts=30, samples=120, seed=1))["rewards"]:
         prior.update(np.where(row > row.min(), row, -1e3))
-
-    def make():
-        policy = ShapePandora(1e-3, max_samples=10_000, prior=prior)
-        assert policy.censored
-        policy.cost = -1.0
-        return _never_stopping_cold_start(policy, prior)
-
-    return make
+    return _floor_path_unreachable(prior, lambda policy: policy.censored)
 
 
 CUT_FLOOR = -1.0  # where the cut row's deployment and timed rewards pile up (a fifth of t(3))
@@ -228,10 +221,16 @@ def _cut_unreachable():
     rewards = generate(spec)["rewards"]
     for row in rewards - rewards.min() + CUT_FLOOR:
         prior.update(row)
+    return _floor_path_unreachable(prior, lambda policy: policy.floor_cuts)
+
+
+def _floor_path_unreachable(prior, on_path):
+    """ShapePandora on ``prior`` (asserted ``on_path``), its cost set below any gain after
+    construction: every observe takes the path it takes in service."""
 
     def make():
         policy = ShapePandora(1e-3, max_samples=10_000, prior=prior)
-        assert policy.floor_cuts
+        assert on_path(policy)
         policy.cost = -1.0
         return _never_stopping_cold_start(policy, prior)
 
