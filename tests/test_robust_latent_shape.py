@@ -139,3 +139,24 @@ def test_skewness_falling_with_the_share_at_the_floor_refutes_a_cut(tobit_prior)
     assert not replace(reading, floor_dependence=-FLOOR_DEPENDENCE_Z - 0.5).cut
     assert replace(reading, floor_dependence=-FLOOR_DEPENDENCE_Z + 0.5).cut
     assert not replace(reading, cut_evidence=CUT_EVIDENCE - 1.0).cut
+
+
+FEW_ABOVE = [([0.6], 40), ([0.2, 1.1], 30), ([0.3, 0.9, 1.4], 20)]
+
+
+@pytest.mark.parametrize(("inside", "at_floor"), FEW_ABOVE)
+def test_few_rewards_above_many_at_the_floor_are_placed_as_on_a_fine_grid(
+    monkeypatch, inside, at_floor
+):
+    """The grid's m span is capped at s: the floor's count places m within about s even when
+    one reward above it leaves sqrt(N) / n large."""
+    import stoppers.robust.latent_shape as latent
+
+    normal = np.diff(special.ndtr(latent.EDGES))
+    shape = FittedShape(p=normal / normal.sum(), requests=1, streams=1, tied=0.0)
+    args = (shape, np.asarray(inside), at_floor, FLOOR, 0.0, 1.0 / 0.3**2)
+    m, s, w = latent_posterior(*args)
+    monkeypatch.setattr(latent, "LATENT_GRID", 81)
+    m_fine, s_fine, w_fine = latent_posterior(*args)
+    assert float(w @ m) == pytest.approx(float(w_fine @ m_fine), abs=0.05)
+    assert float(w @ s) == pytest.approx(float(w_fine @ s_fine), abs=0.05)

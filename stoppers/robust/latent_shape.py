@@ -222,7 +222,10 @@ def _log_grid(
     step = axis[1] - axis[0]
     log_span = 1.0 / math.sqrt(scale_precision) if n < 3 else 1.0 / math.sqrt(2.0 * (n - 1))
     log_span = min(log_span, 1.0)
-    m_span = s0 * math.sqrt((n + at_floor) / n / n)
+    # m's standard error, about s sqrt(N) / n with N = n + at_floor, but no wider than s: with
+    # one or two rewards above many at the floor the floor's count places m within about s
+    # (an uncapped grid erred by 0.2 s in its posterior mean of m there, against 81 x 81 nodes)
+    m_span = s0 * min(math.sqrt(n + at_floor) / n, 1.0)
     log_s = math.log(s0) + np.tile(axis, LATENT_GRID) * log_span
     s = np.exp(log_s)
     m = m0 + np.repeat(axis, LATENT_GRID) * m_span
