@@ -365,8 +365,9 @@ class ShapePandora(LearnedShapeCost):
         shape = fitted = None
         reading = _censored_reading(prior, self._floor) if likelihood else None
         # the floor read as censoring: the gain on the rewards above it (censored_cost), where
-        # the interiors share a shape; elsewhere on such a floor the cold start decides with its
-        # margins whole (TailPandora's full_margins; see _floor_piles_up)
+        # the interiors share a shape, or as cutting one latent shape (latent_shape) where the
+        # streams say so; elsewhere on such a floor the cold start decides with its margins
+        # whole (TailPandora's full_margins; see _floor_piles_up)
         censored = reading if reading is not None and (reading.shared or reading.cut) else None
         self._full_margins = censored is None and _floor_piles_up(prior, self._floor)
         self._censored = None if censored is None else CensoredGain(censored, self.alpha)
