@@ -206,10 +206,9 @@ def cut_evidence(
 
     Why a likelihood and not only the skewness test: that test has little power over 10-30
     streams (z -0.8 to +3.2, mostly under 2, on Tobit deployments of 20-30 requests, scratch
-    `ev.py`), while the cut reading
-    wins there by 3-5 per stream and loses by 100-700 per stream on the judge family, whose
-    floor lies far below interiors that do not depend on its share (docs/robust-stopping.md,
-    "The latent shape under a floor")."""
+    `ev.py`), while the cut reading wins there by 3-5 per stream and loses by 100-700 per
+    stream on the judge family, whose floor lies far below interiors that do not depend on its
+    share (docs/robust-stopping.md, "The latent shape under a floor")."""
     floor = reading.floor
     log_g = np.asarray(reading.log_g)
     total = 0.0

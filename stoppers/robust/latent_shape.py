@@ -24,7 +24,7 @@ rewards above the floor and its count at it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from scipy import ndimage, special
@@ -77,28 +77,36 @@ def tobit_start(
     return float(np.mean(x - scale * q)), float(scale)
 
 
+def _first_estimates(
+    streams: Sequence[Sequence[float]], floor: float
+) -> Iterator[tuple[np.ndarray, int, float, float]]:
+    """(rewards above ``floor``, count at it, m0, s0) of each stream with ``MIN_STREAM`` rewards
+    above the floor and a :func:`tobit_start` of its own: what the fit and the scale prior read."""
+    for stream in streams:
+        x = np.asarray(stream, dtype=np.float64)
+        inside = x[x > floor]
+        at_floor = int(x.size - inside.size)
+        start = tobit_start(inside, at_floor)
+        if inside.size >= MIN_STREAM and start is not None:
+            yield inside, at_floor, *start
+
+
 class _CutNodes:
     """Every stream's rewards above the floor standardised at every (m, log s) node (EM bin
     indices), and each node's cut: the bin the floor falls in."""
 
     def __init__(self, streams: Sequence[Sequence[float]], floor: float) -> None:
         bins, cuts, lengths, counts, log_weight = [], [], [], [], []
-        for stream in streams:
-            x = np.asarray(stream, dtype=np.float64)
-            inside = x[x > floor]
-            start = tobit_start(inside, int(x.size - inside.size))
-            if inside.size < MIN_STREAM or start is None:
-                continue
-            m0, s0 = start
+        for inside, at_floor, m0, s0 in _first_estimates(streams, floor):
             n = inside.size
-            mu = m0 + s0 * math.sqrt((x.size / n) / n) * NODES
+            mu = m0 + s0 * math.sqrt(((n + at_floor) / n) / n) * NODES
             log_sigma = math.log(s0) + NODES / math.sqrt(2.0 * (n - 1))
             sigma = np.exp(log_sigma)
             z = (inside[None, None, :] - mu[:, None, None]) / sigma[None, :, None]
             bins.append(_bin(z).ravel())
             cuts.append(_bin((floor - mu[:, None]) / sigma[None, :]).ravel())
             lengths.append(n)
-            counts.append(x.size - n)
+            counts.append(at_floor)
             log_weight.append(np.broadcast_to(-n * log_sigma, (NODES.size, NODES.size)).ravel())
         self.streams = len(lengths)
         if not lengths:
@@ -157,13 +165,7 @@ def fit_latent(
 def latent_scales(streams: Sequence[Sequence[float]], floor: float) -> tuple[float, float] | None:
     """Mean and precision of log s across the ``streams``' first estimates (:func:`tobit_start`),
     the prior of a request's latent scale; None for fewer than two estimates."""
-    logs = []
-    for stream in streams:
-        x = np.asarray(stream, dtype=np.float64)
-        inside = x[x > floor]
-        start = tobit_start(inside, int(x.size - inside.size))
-        if inside.size >= MIN_STREAM and start is not None:
-            logs.append(math.log(start[1]))
+    logs = [math.log(s0) for *_, s0 in _first_estimates(streams, floor)]
     if len(logs) < 2:
         return None
     var = max(float(np.var(logs, ddof=1)), 0.01)  # precision capped at 100, as scale_prior
