@@ -30,6 +30,10 @@ budget (the pool at 0.9, 40 prompts x 5 deployments). Where the capped rule does
 ``FIXED_N_MARGIN`` fewer than that Best-of-N on the simulated streams, the request runs the
 Best-of-N (``fixed_n``, :func:`~stoppers.robust.stop_table.fixed_n_for`), as on the plain table.
 
+Where the floor cuts one latent shape instead (a Tobit: :attr:`CensoredShape.cut`, the reading
+cost mode chooses), the interior at p is that shape's upper tail above its (1 - p)-quantile,
+tabulated per p, and the calibration simulates the cut (:mod:`stoppers.robust.cut_interior`).
+
 A build is heavier than the plain table's (~0.3-0.7 s): 2.7 s with 256 kept streams at horizon
 960, measured with a test run on the other core - the interior fit, then 800 streams simulated
 to the horizon, p's posterior at every draw. The gateway runs it on its table-build thread.
@@ -46,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stoppers.robust.ceiling import P_GRID, FloorBound, floor_acceptance_bound
+from stoppers.robust.cut_interior import CutInterior
 from stoppers.robust.stop_table import (
     MAX_HORIZON,
     S_BINS,
@@ -112,6 +117,7 @@ class FloorTable:
     simulated_samples: float
     fixed_n: int | None = None  # Best-of-N in place of the rule (stop_table.fixed_n_for)
     cap: int | None = None  # ... and as the rule's last draw (None: the horizon)
+    cut: bool = False  # the interiors read as a latent shape cut at the floor (cut_interior)
 
     def scale(self, n: int, sd: float) -> float:
         """The interior sd of ``n`` interior rewards shrunk to the learned interior scales."""
@@ -218,11 +224,14 @@ def build_floor_table(
     *,
     scale_shrink: float = 1.0,
     seed: int | None = None,
+    cut: CutInterior | None = None,
 ) -> FloorTable | None:
     """The censored rule for the interior ``shape`` (a histogram on ``Z_EDGES``' bins), the
     interior scales of ``streams`` (:func:`interior_streams`) and ``floor``'s learned
     distribution of p (``floor.g``, uniform if None), calibrated by simulation; None where no
-    interior stream has a spread."""
+    interior stream has a spread. With ``cut``, the interior at each p is the one a latent
+    shape cut at the floor leaves there, and the calibration simulates that cut
+    (:mod:`stoppers.robust.cut_interior`); ``shape`` is not read."""
     w = shape / shape.sum()
     s_counts = scale_counts(streams)
     if s_counts is None:
@@ -232,7 +241,8 @@ def build_floor_table(
     base = None
     for p in P_ABOVE_GRID:
         inner_alpha = min(max(1.0 - (1.0 - alpha) / p, 1e-9), 1.0 - 1e-12)
-        rule, q = plug_in(w, sw, target, inner_alpha, requests, scale_shrink)
+        inner = w if cut is None else cut.shape(float(p))
+        rule, q = plug_in(inner, sw, target, inner_alpha, requests, scale_shrink)
         rows.append(rule.z_star)
         quantiles.append(q)
         base = rule
@@ -255,18 +265,24 @@ def build_floor_table(
         requests=requests,
         simulated_acceptance=math.nan,
         simulated_samples=math.nan,
+        cut=cut is not None,
     )
     return _calibrated(
-        table, w, sw, g, np.asarray(quantiles), floor, alpha, min_samples, horizon, seed
+        table,
+        (w, sw, np.asarray(quantiles)) if cut is None else cut,
+        g,
+        floor,
+        alpha,
+        min_samples,
+        horizon,
+        seed,
     )
 
 
 def _calibrated(
     table: FloorTable,
-    w: np.ndarray,
-    sw: np.ndarray,
+    interior: tuple[np.ndarray, np.ndarray, np.ndarray] | CutInterior,
     g: np.ndarray,
-    quantiles: np.ndarray,
     floor: FloorBound,
     alpha: float,
     min_samples: int,
@@ -275,14 +291,21 @@ def _calibrated(
 ) -> FloorTable:
     """Bisect the offset (for each candidate slope, keeping the one that draws fewest) so that
     the simulated censored rule's mean acceptance equals the target, on ``SIM_STREAMS`` streams
-    drawn to the request's horizon (at most ``MAX_HORIZON``)."""
+    drawn to the request's horizon (at most ``MAX_HORIZON``). ``interior``: the shared interior
+    shape, the interior scales' histogram and the interior's alpha'-quantile at each p of
+    ``P_ABOVE_GRID``, or the cut latent shape."""
     rng = np.random.default_rng([table.requests if seed is None else seed, 13])
     r, t = SIM_STREAMS, min(horizon, MAX_HORIZON)
     p = P_GRID[rng.choice(P_GRID.size, size=r, p=g / g.sum())]
-    log_s = scale_draws(sw, r, rng)
-    z = _shape_draws(w, (r, t), rng)
+    if isinstance(interior, CutInterior):
+        x, kappa = interior.draws(p, t, alpha, rng)
+    else:
+        w, sw, quantiles = interior
+        log_s = scale_draws(sw, r, rng)
+        x = np.exp(log_s)[:, None] * _shape_draws(w, (r, t), rng)
+        # each stream's benchmark: its interior's alpha'-quantile
+        kappa = np.exp(log_s) * np.interp(p, P_ABOVE_GRID, quantiles)
     above = rng.random((r, t)) < p[:, None]
-    x = np.exp(log_s)[:, None] * z
     n = np.arange(1, t + 1, dtype=np.float64)
     count = np.cumsum(above, axis=1).astype(np.float64)
     inner = np.where(above, x, 0.0)
@@ -300,9 +323,7 @@ def _calibrated(
         base = (best - mean) / np.exp(post) - z_star
     base = np.where((count >= 2.0) & (n >= min_samples) & np.isfinite(base), base, -np.inf)
     shrink = 1.0 / np.sqrt(np.maximum(count - 1.0, 1.0))
-    # each stream's benchmark: its interior's alpha'-quantile, the floor where p <= 1 - alpha
-    kappa = np.exp(log_s) * np.interp(p, P_ABOVE_GRID, quantiles)
-    at_floor = p <= 1.0 - alpha
+    at_floor = p <= 1.0 - alpha  # the benchmark is the floor itself
     acc_at = np.where(
         count > 0.0,
         np.where(at_floor[:, None], 1.0, _acceptance(best - kappa[:, None])),

@@ -29,7 +29,12 @@ A floor the rewards pile up at (a judge's clipped scores): where the prior build
 runs the table rule on its rewards above the floor - their mean, sd and best, the threshold read
 at its posterior share of rewards above the floor - with the floor rule for a request all at
 the floor and the table's Best-of-N as its last draw (docs/robust-stopping.md, "The floor read
-as censoring").
+as censoring"). Where the kept streams read as one latent shape cut at the floor (a Tobit), the
+table's interiors are that shape's upper tails (:mod:`stoppers.robust.cut_interior`). Until the
+censored table can be built (too few kept interiors), or while the newest table predates it,
+the request runs the cold start: the plain table's shape holds the pile, and on a Tobit
+deployment (`floored --loc-mean -2`, sd 1) the prompts with few rewards at the floor ran to the
+budget on it (docs/robust-stopping.md, "The cut read in target mode").
 
 Cold start: until the prior has learned from ``cold_start`` requests, the request is delegated
 to :class:`~stoppers.robust.target.TailTargetAcceptance` (its own GPD tail fit), with the tail
@@ -123,6 +128,12 @@ class PooledTargetAcceptance(StoppingPolicy):
                 self._p_above = AbovePosterior(table.log_g)
             # else a cached table for a floor the deployment has since gone below (the gateway
             # uses stale tables while the new one is built): the cold start, until it is
+        elif self._table is not None and prior is not None and prior.piled_floor() is not None:
+            # a floor the rewards pile up at, before the censored table can be built (too few
+            # interiors) or while the newest table predates it: the plain table's shape holds
+            # the pile, and prompts with few rewards at the floor ran to the budget on it (module
+            # docstring): the cold start, until the censored table is there
+            self._table = None
         self._multiplier: MultiplierTargetRule | None = None
         if self._table is not None and multimodal:
             assert prior is not None

@@ -91,6 +91,8 @@ from stoppers.robust.ceiling import (
     ceiling_of,
     floor_of,
 )
+from stoppers.robust.censored_cost import fit_censored
+from stoppers.robust.cut_interior import CutInterior
 from stoppers.robust.floor_table import (
     CEILING_SHARE_MAX,
     FLOOR_SHARE_MIN,
@@ -227,8 +229,16 @@ class ShapePrior:
     _interior: tuple[tuple, list[list[float]]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    # the request count since which censoring_floor has held (None: it does not); a plain
+    # table built before it is stale (is_stale)
+    _censoring_from: int | None = field(default=None, init=False, repr=False, compare=False)
     # the interior shape of the newest floor-table build (build_floor_table), by request count
     _fitted_interior: dict[int, np.ndarray | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    # ... and the latent shape cut at the floor where that build read the floor as a cut (None:
+    # as censoring an interior the prompts share), by request count
+    _cut_interior: dict[int, CutInterior | None] = field(
         default_factory=dict, repr=False, compare=False
     )
     _facts: list[StreamFacts] | None = field(default=None, repr=False, compare=False)
@@ -521,8 +531,21 @@ class ShapePrior:
         cached = self._tables.get(key)
         if cached is None:
             return True
+        if self._reading_changed(cached):
+            return True
         due = min(cached.requests * self.rebuild_growth, cached.requests + REBUILD_EVERY)
         return self.requests >= max(cached.requests + 1, due)
+
+    def _reading_changed(self, cached: AnyTable) -> bool:
+        """Is ``cached`` built on a reading of the floor the deployment has since left: a plain
+        table from before the floor could be read as censoring (:meth:`censoring_floor`; the
+        policy runs the cold start rather than use it), or a censored table for a floor no
+        longer read so? A plain table built after (the censored build failed) is not."""
+        censored = self.censoring_floor()
+        if isinstance(cached, FloorTable):
+            return censored is None or censored[0].value != cached.floor
+        since = self._censoring_from
+        return censored is not None and since is not None and cached.requests < since
 
     def prepare(self, key: TableKey) -> Callable[[], AnyTable]:
         """A build of ``key``'s table on a snapshot of the evidence now (copies of the
@@ -543,7 +566,9 @@ class ShapePrior:
         step = self.lattice_step()  # rounded scores: fitted and calibrated on the lattice
         streams = self.fit_streams() if self.likelihood else []  # kept streams never change
         censored = self.censoring_floor()
+        kept = list(self.streams) if censored is not None else []
         fitted_cache, interior_cache = self._fitted, self._fitted_interior
+        cut_cache = self._cut_interior
 
         def build() -> AnyTable:
             if censored is not None:
@@ -552,6 +577,9 @@ class ShapePrior:
                     fit = fit_shapes(dequantized(interior, step), Z_EDGES)
                     interior_cache.clear()
                     interior_cache[requests] = None if fit is None else fit[0]
+                if requests not in cut_cache:
+                    cut_cache.clear()
+                    cut_cache[requests] = cut_reading(kept, floor, requests)
                 inner = interior_cache[requests]
                 table = None
                 if inner is not None:
@@ -565,6 +593,7 @@ class ShapePrior:
                         horizon,
                         requests,
                         scale_shrink=options["scale_shrink"],
+                        cut=cut_cache[requests],
                     )
                 if table is not None:
                     return table
@@ -615,6 +644,7 @@ class ShapePrior:
         ``INTERIOR_STREAMS_MIN`` kept streams with ``INTERIOR_MIN`` rewards above it."""
         floor = self.piled_floor()
         if floor is None:
+            self._censoring_from = None
             return None
         assert self._piled is not None  # set by piled_floor, with the state it was read at
         key = self._piled[0]
@@ -622,7 +652,12 @@ class ShapePrior:
         if cached is None or cached[0] != key:  # every request asks: read the streams once
             cached = self._interior = (key, interior_streams(self.streams, floor.value))
         interior = cached[1]
-        return (floor, interior) if len(interior) >= INTERIOR_STREAMS_MIN else None
+        if len(interior) < INTERIOR_STREAMS_MIN:
+            self._censoring_from = None
+            return None
+        if self._censoring_from is None:
+            self._censoring_from = self.requests
+        return floor, interior
 
     def install(self, key: TableKey, table: AnyTable) -> bool:
         """Cache ``table`` for ``key`` unless a table built on more evidence is already there;
@@ -652,6 +687,18 @@ class StreamFacts(NamedTuple):
     # its largest reward standardised by its own mean and sd (None: no spread)
     z_max: float | None
     sd: float  # its sample sd (ddof 1; 0.0 for fewer than 2 rewards or none)
+
+
+def cut_reading(streams: list[list[float]], floor: FloorBound, requests: int) -> CutInterior | None:
+    """The latent shape cut at ``floor`` where the kept ``streams`` read as one shape cut there
+    (:attr:`~stoppers.robust.censored_cost.CensoredShape.cut`, cost mode's test: one-mode
+    interiors, a positive log Bayes factor over the censored reading, skewness not falling with
+    the share at the floor); None where they read as censoring a shared interior."""
+    reading = fit_censored(streams, floor, requests)
+    if reading is None or not reading.cut:
+        return None
+    assert reading.latent is not None and reading.latent_scale is not None  # by .cut
+    return CutInterior(reading.latent.p, *reading.latent_scale)
 
 
 def _stream_facts(stream: list[float]) -> StreamFacts:
