@@ -18,6 +18,8 @@ if str(ROOT) not in sys.path:  # `pytest` (not `python -m pytest`) does not add 
 
 from tests.fakes import FakeReward, FakeUpstream, ServerThread  # noqa: E402
 
+pytest_plugins = ["tests.interrupt"]  # SIGTERM tears fixtures down, as Ctrl-C does
+
 
 @pytest.fixture
 def fake_upstream() -> Iterator[FakeUpstream]:
