@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
+from stoppers import default_cost_policy
 from stoppers.replay.synth import SynthSpec, generate
+from stoppers.robust.cost_prior import CostShapePrior
 from stoppers.robust.cut_interior import CutInterior
-from stoppers.robust.floor_table import FloorTable
+from stoppers.robust.floor_table import CUT_SHARE_MIN, FLOOR_SHARE_MIN, FloorTable, floor_share
 from stoppers.robust.likelihood_cost import EDGES
 from stoppers.robust.pooled_target import COLD_START, PooledTargetAcceptance
 from stoppers.robust.shape_prior import ShapePrior
@@ -111,3 +113,38 @@ def test_a_floor_piling_up_before_its_interiors_are_learned_runs_the_cold_start(
     assert prior.is_stale(key)  # not only after rebuild_growth
     assert isinstance(prior.table(0.9, min_samples=8, horizon=480), FloorTable)
     assert not PooledTargetAcceptance(0.9, prior=prior, max_samples=480).cold
+
+
+def test_a_cut_is_read_where_the_floor_holds_less_than_the_censored_readings_share():
+    """A Tobit with a sixth of its rewards at the floor (`floored`, sd 1) is under the share the
+    censored reading needs (FLOOR_SHARE_MIN) but reads as a cut, and cost mode decides on it
+    (24 x 20: 0.9979 -> 1.0119 of the best fixed N at 1e-3). Target mode keeps its plain table
+    there: a cut table ran Best-of-N where the plain rule drew fewer. A judge-like floor at that
+    share is not read at all."""
+    rewards = generate(SynthSpec(family="floored", prompts=30, samples=120, seed=0))["rewards"]
+    target = _learned(rewards)
+    share = floor_share(target.streams, target.floor.clip)
+    assert CUT_SHARE_MIN <= share < FLOOR_SHARE_MIN
+    assert target.piled_floor() is None and target.censoring_floor(CUT_SHARE_MIN) is not None
+    assert isinstance(target.table(0.9, min_samples=8, horizon=480), StopTable)
+    assert not PooledTargetAcceptance(0.9, prior=target, max_samples=480).cold
+    cost = CostShapePrior()
+    for row in rewards:
+        cost.update(row[:96])
+    reading = cost.censored_shape()
+    assert reading is not None and reading.cut and not reading.shared
+    assert default_cost_policy(1e-3, max_samples=480, prior=cost).floor_cuts
+
+    judge = _judge(30, seed=1)
+    floor = judge.min()
+    lifted = (judge == floor) & (np.arange(120) % 3 != 0)  # two in three floor rewards lifted
+    judge[lifted] = np.random.default_rng(5).normal(0.0, 3.0, int(lifted.sum()))
+    few = _learned(judge)
+    assert CUT_SHARE_MIN <= floor_share(few.streams, floor) < FLOOR_SHARE_MIN
+    cost = CostShapePrior()
+    for row in judge:
+        cost.update(row[:96])
+    reading = cost.censored_shape()
+    assert reading is not None and not reading.cut and not reading.shared
+    assert reading.cut_evidence is not None and reading.cut_evidence < 0.0
+    assert not default_cost_policy(1e-3, max_samples=480, prior=cost).censored

@@ -45,7 +45,13 @@ from scipy import special, stats
 
 from stoppers.robust.bimodality import two_mode_flags
 from stoppers.robust.ceiling import P_GRID, FloorBound
-from stoppers.robust.floor_table import interior_streams, learned_g, scale_counts
+from stoppers.robust.floor_table import (
+    FLOOR_SHARE_MIN,
+    floor_share,
+    interior_streams,
+    learned_g,
+    scale_counts,
+)
 from stoppers.robust.latent_shape import fit_latent, latent_posterior, latent_scales, log_evidence
 from stoppers.robust.likelihood_cost import CENTRES, FittedShape
 from stoppers.robust.shape_likelihood import MIN_STREAM
@@ -122,6 +128,7 @@ class CensoredShape:
     latent: FittedShape | None = None
     latent_scale: tuple[float, float] | None = None
     cut_evidence: float | None = None
+    floor_share: float = 1.0  # of the kept rewards at the floor
 
     @property
     def one_mode(self) -> bool:
@@ -148,8 +155,11 @@ class CensoredShape:
     def shared(self) -> bool:
         """Is the floor read as censoring an interior shape the prompts share whatever the share
         at the floor: one-mode interiors, not read as a cut, their skewness not following that
-        share (``FLOOR_DEPENDENCE_Z``)?"""
+        share (``FLOOR_DEPENDENCE_Z``), at least ``FLOOR_SHARE_MIN`` of the kept rewards at the
+        floor?"""
         z = self.floor_dependence
+        if self.floor_share < FLOOR_SHARE_MIN:
+            return False  # read only as a cut there (floor_table.CUT_SHARE_MIN)
         return self.one_mode and not self.cut and z is not None and abs(z) <= FLOOR_DEPENDENCE_Z
 
 
@@ -181,6 +191,7 @@ def fit_censored(
         requests=int(requests),
         two_mode_share=share,
         floor_dependence=floor_dependence(streams, floor.value),
+        floor_share=floor_share(streams, floor.value),
     )
     if not reading.one_mode:
         return reading  # neither reading decides: the latent fit is not needed

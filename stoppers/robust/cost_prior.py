@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from stoppers.robust.censored_cost import CensoredShape, fit_censored
+from stoppers.robust.floor_table import CUT_SHARE_MIN
 from stoppers.robust.likelihood_cost import FittedShape
 from stoppers.robust.shape_prior import ShapePrior
 
@@ -211,11 +212,12 @@ class CostShapePrior(ShapePrior):
         return self.likelihood_shape
 
     def censored_shape(self) -> CensoredShape | None:
-        """The censored reading (:mod:`stoppers.robust.censored_cost`) where the floor is read as
-        censoring (:meth:`ShapePrior.censoring_floor`), refitted as requests grow, else None.
+        """The censored reading (:mod:`stoppers.robust.censored_cost`) where the floor may be read
+        as censoring (:meth:`ShapePrior.censoring_floor`; from ``CUT_SHARE_MIN`` of the kept
+        rewards at it, where only a cut reading decides), refitted as requests grow, else None.
         A fit made for a floor the deployment has since gone below is not returned. Built as
         :meth:`fitted_shape` is (here, or by :attr:`schedule_build` elsewhere)."""
-        censored = self.censoring_floor()
+        censored = self.censoring_floor(CUT_SHARE_MIN)
         if censored is None:
             return None
         floor = censored[0].value
@@ -236,7 +238,7 @@ class CostShapePrior(ShapePrior):
         table (:meth:`ShapePrior.prepare`)."""
         requests = self.requests
         if key == CENSORED_KEY:
-            censored = self.censoring_floor()
+            censored = self.censoring_floor(CUT_SHARE_MIN)
             if censored is None:
                 return lambda: None
             floor, streams = censored[0], list(self.streams)  # kept streams never change

@@ -68,6 +68,7 @@ from stoppers.robust.stop_table import (
 
 __all__ = [
     "CEILING_SHARE_MAX",
+    "CUT_SHARE_MIN",
     "FLOOR_SHARE_MIN",
     "FloorTable",
     "build_floor_table",
@@ -79,6 +80,11 @@ __all__ = [
 # The share of the kept streams' rewards at the established floor above which target tables are
 # built on the interior (the AlpacaEval pool: 0.56) ...
 FLOOR_SHARE_MIN = 0.2
+# ... or this share where the kept streams read as one latent shape cut at the floor
+# (:attr:`~stoppers.robust.censored_cost.CensoredShape.cut`): the cut reading models any share at
+# the floor, and a Tobit with a sixth of its rewards there (`floored`, sd 1: 13-17% of the kept
+# rewards in deployments of 30 requests) read as a cut by +92 to +115 of log Bayes factor
+CUT_SHARE_MIN = 0.05
 # ... unless this share sits at an established ceiling: the simulated interior has no pile-up at
 # the top. Gaussians clipped at both ends (30% at each, continuous) lost 0.08-0.09 of save at
 # targets 0.7-0.8 read as censored at the floor alone (the pool: 0.008 at its ceiling).
@@ -213,7 +219,7 @@ def learned_g(floor: FloorBound) -> np.ndarray:
 
 
 def build_floor_table(
-    shape: np.ndarray,
+    shape: np.ndarray | None,
     streams: list[list[float]],
     floor: FloorBound,
     target: float,
@@ -231,17 +237,21 @@ def build_floor_table(
     distribution of p (``floor.g``, uniform if None), calibrated by simulation; None where no
     interior stream has a spread. With ``cut``, the interior at each p is the one a latent
     shape cut at the floor leaves there, and the calibration simulates that cut
-    (:mod:`stoppers.robust.cut_interior`); ``shape`` is not read."""
-    w = shape / shape.sum()
+    (:mod:`stoppers.robust.cut_interior`); ``shape`` is not read (and may be None)."""
+    if cut is not None:
+        interiors = [cut.shape(float(p)) for p in P_ABOVE_GRID]
+    elif shape is not None:
+        interiors = [shape / shape.sum()] * P_ABOVE_GRID.size
+    else:
+        raise ValueError("a censored table needs an interior shape or a cut")
     s_counts = scale_counts(streams)
     if s_counts is None:
         return None
     sw = s_counts / s_counts.sum()
     rows, quantiles = [], []
     base = None
-    for p in P_ABOVE_GRID:
+    for p, inner in zip(P_ABOVE_GRID, interiors, strict=True):
         inner_alpha = min(max(1.0 - (1.0 - alpha) / p, 1e-9), 1.0 - 1e-12)
-        inner = w if cut is None else cut.shape(float(p))
         rule, q = plug_in(inner, sw, target, inner_alpha, requests, scale_shrink)
         rows.append(rule.z_star)
         quantiles.append(q)
@@ -269,7 +279,7 @@ def build_floor_table(
     )
     return _calibrated(
         table,
-        (w, sw, np.asarray(quantiles)) if cut is None else cut,
+        (interiors[0], sw, np.asarray(quantiles)) if cut is None else cut,
         g,
         floor,
         alpha,

@@ -223,10 +223,9 @@ class ShapePrior:
     # the StreamFacts of each kept stream, kept in step with them (tied_streams, lattice_step,
     # CostShapePrior.stream_maxima); not persisted
     _shape: tuple[int, FittedShape] | None = field(default=None, repr=False, compare=False)
-    # whether piled_floor's test passed, and at what (requests, streams kept, floor, ceiling)
-    _piled: tuple[tuple, bool] | None = field(default=None, init=False, repr=False, compare=False)
-    # censoring_floor's interior streams, at the same state
-    _interior: tuple[tuple, list[list[float]]] | None = field(
+    # piled_floor's share at the floor and censoring_floor's interior streams (None: no floor
+    # to read), at a state of (requests, streams kept, floor, ceiling)
+    _piled: tuple[tuple, float | None, list[list[float]] | None] | None = field(
         default=None, init=False, repr=False, compare=False
     )
     # the request count since which censoring_floor has held (None: it does not); a plain
@@ -541,11 +540,11 @@ class ShapePrior:
         table from before the floor could be read as censoring (:meth:`censoring_floor`; the
         policy runs the cold start rather than use it), or a censored table for a floor no
         longer read so? A plain table built after (the censored build failed) is not."""
-        censored = self.censoring_floor()
         if isinstance(cached, FloorTable):
+            censored = self.censoring_floor()
             return censored is None or censored[0].value != cached.floor
-        since = self._censoring_from
-        return censored is not None and since is not None and cached.requests < since
+        since = self._floor_state()[1]
+        return since is not None and cached.requests < since
 
     def prepare(self, key: TableKey) -> Callable[[], AnyTable]:
         """A build of ``key``'s table on a snapshot of the evidence now (copies of the
@@ -565,6 +564,9 @@ class ShapePrior:
         }
         step = self.lattice_step()  # rounded scores: fitted and calibrated on the lattice
         streams = self.fit_streams() if self.likelihood else []  # kept streams never change
+        # target tables read a floor from FLOOR_SHARE_MIN at it, as a cut or as censoring: under
+        # it a cut table ran Best-of-N where the plain table's rule drew fewer (`floored`, sd 1:
+        # saves +0.20 -> +0.01 at 0.9; docs/robust-stopping.md, "The cut read in target mode")
         censored = self.censoring_floor()
         kept = list(self.streams) if censored is not None else []
         fitted_cache, interior_cache = self._fitted, self._fitted_interior
@@ -573,16 +575,19 @@ class ShapePrior:
         def build() -> AnyTable:
             if censored is not None:
                 floor, interior = censored
-                if requests not in interior_cache:
-                    fit = fit_shapes(dequantized(interior, step), Z_EDGES)
-                    interior_cache.clear()
-                    interior_cache[requests] = None if fit is None else fit[0]
                 if requests not in cut_cache:
                     cut_cache.clear()
                     cut_cache[requests] = cut_reading(kept, floor, requests)
-                inner = interior_cache[requests]
+                cut = cut_cache[requests]
+                inner = None
+                if cut is None:
+                    if requests not in interior_cache:
+                        fit = fit_shapes(dequantized(interior, step), Z_EDGES)
+                        interior_cache.clear()
+                        interior_cache[requests] = None if fit is None else fit[0]
+                    inner = interior_cache[requests]
                 table = None
-                if inner is not None:
+                if inner is not None or cut is not None:
                     table = build_floor_table(
                         inner,
                         interior,
@@ -593,7 +598,7 @@ class ShapePrior:
                         horizon,
                         requests,
                         scale_shrink=options["scale_shrink"],
-                        cut=cut_cache[requests],
+                        cut=cut,
                     )
                 if table is not None:
                     return table
@@ -615,49 +620,69 @@ class ShapePrior:
 
         return build
 
-    def piled_floor(self) -> FloorBound | None:
+    def piled_floor(self, min_share: float | None = None) -> FloorBound | None:
         """The floor where continuous scores pile up at it: established and piled up
-        (:attr:`RewardFloor.clip`), at least ``FLOOR_SHARE_MIN`` of the kept rewards at it and
-        less than ``CEILING_SHARE_MAX`` at an established ceiling; else None. The test is run
-        once per state of the requests, streams, floor and ceiling (it reads every kept
-        reward); the floor's learned p and lift are read fresh."""
+        (:attr:`RewardFloor.clip`), at least ``min_share`` (default ``FLOOR_SHARE_MIN``) of the
+        kept rewards at it and less than ``CEILING_SHARE_MAX`` at an established ceiling; else
+        None. The test is run once per state of the requests, streams, floor and ceiling (it
+        reads every kept reward); the floor's learned p and lift are read fresh."""
+        share = self._floor_state()[0]
+        least = FLOOR_SHARE_MIN if min_share is None else min_share
+        # read fresh: g and lift move per update
+        return floor_of(self) if share is not None and share >= least else None
+
+    def _floor_state(self) -> tuple[float | None, int | None]:
+        """(share of the kept rewards at a floor that may be read as censoring - None: none
+        may - and the request count since which :meth:`censoring_floor` holds at the default
+        share), recomputed when the requests, streams, floor or ceiling change."""
         key = (self.requests, len(self.streams), self.floor.clip, self.ceiling.bound)
         cached = self._piled
         if cached is None or cached[0] != key:
-            cached = self._piled = (key, self._piled_floor() is not None)
-        return floor_of(self) if cached[1] else None  # read fresh: g and lift move per update
+            share = self._piled_share()
+            interior = None
+            if share is not None:
+                floor = floor_of(self)
+                assert floor is not None  # _piled_share found it
+                interior = interior_streams(self.streams, floor.value)
+            cached = self._piled = (key, share, interior)
+            held = (
+                share is not None
+                and share >= FLOOR_SHARE_MIN
+                and interior is not None
+                and len(interior) >= INTERIOR_STREAMS_MIN
+            )
+            if not held:
+                self._censoring_from = None
+            elif self._censoring_from is None:
+                self._censoring_from = self.requests
+        return cached[1], self._censoring_from
 
-    def _piled_floor(self) -> FloorBound | None:
+    def _piled_share(self) -> float | None:
         if not self.likelihood or self.floor.clip is None or self.lattice_step() is not None:
             return None  # the floor table simulates no lattice: rounded scores keep the plain one
         floor = floor_of(self)
-        if floor is None or floor_share(self.streams, floor.value) < FLOOR_SHARE_MIN:
+        if floor is None:
             return None
         top = self.ceiling.bound  # a pile-up at the top censors the interior too, unsimulated
         if top is not None and ceiling_share(self.streams, top) >= CEILING_SHARE_MAX:
             return None
-        return floor
+        return floor_share(self.streams, floor.value)
 
-    def censoring_floor(self) -> tuple[FloorBound, list[list[float]]] | None:
+    def censoring_floor(
+        self, min_share: float | None = None
+    ) -> tuple[FloorBound, list[list[float]]] | None:
         """The floor and the kept streams' interiors where target tables read the floor as
-        censoring (:mod:`stoppers.robust.floor_table`): a :meth:`piled_floor`, and
-        ``INTERIOR_STREAMS_MIN`` kept streams with ``INTERIOR_MIN`` rewards above it."""
-        floor = self.piled_floor()
+        censoring (:mod:`stoppers.robust.floor_table`): a :meth:`piled_floor` at ``min_share``,
+        and ``INTERIOR_STREAMS_MIN`` kept streams with ``INTERIOR_MIN`` rewards above it. With
+        a ``min_share`` under ``FLOOR_SHARE_MIN`` (cost mode's ``CUT_SHARE_MIN``), a floor only
+        a cut reading may decide on."""
+        floor = self.piled_floor(min_share)
         if floor is None:
-            self._censoring_from = None
             return None
         assert self._piled is not None  # set by piled_floor, with the state it was read at
-        key = self._piled[0]
-        cached = self._interior
-        if cached is None or cached[0] != key:  # every request asks: read the streams once
-            cached = self._interior = (key, interior_streams(self.streams, floor.value))
-        interior = cached[1]
-        if len(interior) < INTERIOR_STREAMS_MIN:
-            self._censoring_from = None
-            return None
-        if self._censoring_from is None:
-            self._censoring_from = self.requests
-        return floor, interior
+        interior = self._piled[2]
+        assert interior is not None  # a piled floor has its interiors
+        return (floor, interior) if len(interior) >= INTERIOR_STREAMS_MIN else None
 
     def install(self, key: TableKey, table: AnyTable) -> bool:
         """Cache ``table`` for ``key`` unless a table built on more evidence is already there;
