@@ -80,10 +80,12 @@ __all__ = [
 # The share of the kept streams' rewards at the established floor above which target tables are
 # built on the interior (the AlpacaEval pool: 0.56) ...
 FLOOR_SHARE_MIN = 0.2
-# ... or this share where the kept streams read as one latent shape cut at the floor
-# (:attr:`~stoppers.robust.censored_cost.CensoredShape.cut`): the cut reading models any share at
-# the floor, and a Tobit with a sixth of its rewards there (`floored`, sd 1: 13-17% of the kept
-# rewards in deployments of 30 requests) read as a cut by +92 to +115 of log Bayes factor
+# Cost mode's cut reading (:attr:`~stoppers.robust.censored_cost.CensoredShape.cut`) may decide
+# from this share: a cut models any share at the floor, and a Tobit with a sixth of its rewards
+# there (`floored`, sd 1: 13-17% of the kept rewards in deployments of 30 requests) read as a
+# cut by +92 to +115 of log Bayes factor. Target tables keep FLOOR_SHARE_MIN: under it a cut
+# table ran Best-of-N where the plain table's rule drew fewer (docs/robust-stopping.md, "The
+# cut read in target mode").
 CUT_SHARE_MIN = 0.05
 # ... unless this share sits at an established ceiling: the simulated interior has no pile-up at
 # the top. Gaussians clipped at both ends (30% at each, continuous) lost 0.08-0.09 of save at
