@@ -99,7 +99,8 @@ class _CutNodes:
         bins, cuts, lengths, counts, log_weight = [], [], [], [], []
         for inside, at_floor, m0, s0 in _first_estimates(streams, floor):
             n = inside.size
-            mu = m0 + s0 * math.sqrt(((n + at_floor) / n) / n) * NODES
+            # m's standard error s sqrt(N) / n, capped at s as on a request's grid (_log_grid)
+            mu = m0 + s0 * min(math.sqrt(n + at_floor) / n, 1.0) * NODES
             log_sigma = math.log(s0) + NODES / math.sqrt(2.0 * (n - 1))
             sigma = np.exp(log_sigma)
             z = (inside[None, None, :] - mu[:, None, None]) / sigma[None, :, None]
