@@ -223,11 +223,13 @@ class ShapePrior:
     # the StreamFacts of each kept stream, kept in step with them (tied_streams, lattice_step,
     # CostShapePrior.stream_maxima); not persisted
     _shape: tuple[int, FittedShape] | None = field(default=None, repr=False, compare=False)
-    # piled_floor's share at the floor and censoring_floor's interior streams (None: no floor
-    # to read), at a state of (requests, streams kept, floor, ceiling)
-    _piled: tuple[tuple, float | None, list[list[float]] | None] | None = field(
+    # piled_floor's share at the floor (None: no floor to read), at a state of (requests,
+    # streams kept, floor, ceiling)
+    _piled: tuple[tuple, float | None] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    # censoring_floor's interior streams at that state, read when first asked for (None: not yet)
+    _interior: list[list[float]] | None = field(default=None, init=False, repr=False, compare=False)
     # the request count since which censoring_floor has held (None: it does not); a plain
     # table built before it is stale (is_stale)
     _censoring_from: int | None = field(default=None, init=False, repr=False, compare=False)
@@ -638,20 +640,9 @@ class ShapePrior:
         key = (self.requests, len(self.streams), self.floor.clip, self.ceiling.bound)
         cached = self._piled
         if cached is None or cached[0] != key:
-            share = self._piled_share()
-            interior = None
-            if share is not None:
-                floor = floor_of(self)
-                assert floor is not None  # _piled_share found it
-                interior = interior_streams(self.streams, floor.value)
-            cached = self._piled = (key, share, interior)
-            held = (
-                share is not None
-                and share >= FLOOR_SHARE_MIN
-                and interior is not None
-                and len(interior) >= INTERIOR_STREAMS_MIN
-            )
-            if not held:
+            cached = self._piled = (key, self._piled_share())
+            self._interior = None
+            if self.censoring_floor() is None:  # at the state just cached
                 self._censoring_from = None
             elif self._censoring_from is None:
                 self._censoring_from = self.requests
@@ -679,9 +670,9 @@ class ShapePrior:
         floor = self.piled_floor(min_share)
         if floor is None:
             return None
-        assert self._piled is not None  # set by piled_floor, with the state it was read at
-        interior = self._piled[2]
-        assert interior is not None  # a piled floor has its interiors
+        if self._interior is None:  # every request asks: read the streams once per state
+            self._interior = interior_streams(self.streams, floor.value)
+        interior = self._interior
         return (floor, interior) if len(interior) >= INTERIOR_STREAMS_MIN else None
 
     def install(self, key: TableKey, table: AnyTable) -> bool:
