@@ -79,7 +79,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -125,6 +125,7 @@ from stoppers.robust.stop_table import (
     s_bin,
     z_bin,
 )
+from stoppers.robust.stream_bootstrap import n_for_target, pseudo_prompts
 from stoppers.robust.xi_prior import XiPrior
 
 __all__ = ["MAX_TABLES", "AnyTable", "ShapePrior", "build_table"]
@@ -242,6 +243,9 @@ class ShapePrior:
     _cut_interior: dict[int, CutInterior | None] = field(
         default_factory=dict, repr=False, compare=False
     )
+    # the kept streams read as pseudo-prompts (stream_bootstrap), by (requests, streams, alpha,
+    # floor, ceiling): every target's build reads the same ones
+    _pseudo_prompts: dict[tuple, list] = field(default_factory=dict, repr=False, compare=False)
     _facts: list[StreamFacts] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -570,11 +574,30 @@ class ShapePrior:
         # it a cut table ran Best-of-N where the plain table's rule drew fewer (`floored`, sd 1:
         # saves +0.20 -> +0.01 at 0.9; docs/robust-stopping.md, "The cut read in target mode")
         censored = self.censoring_floor()
-        kept = list(self.streams) if censored is not None else []
+        kept = list(self.streams) if censored is not None or step is None else []
+        bound = floor_of(self)
+        ends = (None if bound is None else bound.value, ceiling_of(self))
         fitted_cache, interior_cache = self._fitted, self._fitted_interior
-        cut_cache = self._cut_interior
+        cut_cache, prompts_cache = self._cut_interior, self._pseudo_prompts
 
         def build() -> AnyTable:
+            table = build_shaped()
+            sized = table.fixed_n is not None or getattr(table, "cap", None) is not None
+            if sized and step is None:  # a lattice's streams hold only the levels they drew
+                key = (requests, len(kept), alpha, ends)
+                if key not in prompts_cache:
+                    prompts_cache.clear()
+                    prompts_cache[key] = pseudo_prompts(
+                        kept,
+                        alpha=alpha,
+                        floor=ends[0],
+                        ceiling=ends[1],
+                        kept_length=STREAM_REWARDS,
+                    )
+                table = streams_best_of_n(table, prompts_cache[key], min_samples, horizon)
+            return table
+
+        def build_shaped() -> AnyTable:
             if censored is not None:
                 floor, interior = censored
                 if requests not in cut_cache:
@@ -722,6 +745,32 @@ def _stream_facts(stream: list[float]) -> StreamFacts:
     sd = float(x.std(ddof=1)) if x.size > 1 else 0.0
     z_max = (float(x.max()) - float(x.mean())) / sd if sd > 0.0 else None
     return StreamFacts(stream_ties(stream), stream_step(stream), x.size, z_max, sd)
+
+
+def streams_best_of_n(
+    table: AnyTable,
+    prompts: list[tuple[np.ndarray, np.ndarray]],
+    min_samples: int,
+    horizon: int,
+) -> AnyTable:
+    """``table`` with its Best-of-N (``fixed_n``, and a floor table's ``cap``) lowered to the N
+    the kept streams' pseudo-prompts say delivers its target, where they say fewer
+    (:mod:`stoppers.robust.stream_bootstrap`). Why lowered only: the table's N comes from one
+    smooth shape, which over-delivers on prompts that each hold their own lumps (a judge's);
+    where the streams ask for more, the bootstrap's kernels have smeared a hard end past where
+    it is (uniform rewards: 20-40% above the true N), which the table's shape holds."""
+    sized = [n for n in (table.fixed_n, getattr(table, "cap", None)) if n is not None]
+    if not sized:
+        return table
+    n = n_for_target(prompts, table.target, horizon=horizon, min_samples=min_samples)
+    if n is None or n >= max(sized):
+        return table
+    changes = {
+        name: min(value, n)
+        for name in ("fixed_n", "cap")
+        if (value := getattr(table, name, None)) is not None
+    }
+    return replace(table, **changes)
 
 
 def _streams_of(streams: Any) -> list[list[float]]:

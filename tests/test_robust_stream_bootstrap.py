@@ -1,0 +1,141 @@
+"""The Best-of-N a target needs, read from kept streams (stoppers.robust.stream_bootstrap)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from stoppers.faircap import acceptance_rate
+from stoppers.robust.shape_prior import streams_best_of_n
+from stoppers.robust.stream_bootstrap import (
+    BOOTSTRAP_MIN_STREAMS,
+    best_of_n_acceptance,
+    bootstrap_n,
+    loo_bandwidth,
+    pseudo_prompts,
+)
+
+ALPHA = 0.99
+
+
+def _lumpy_prompt(rng: np.random.Generator, floor: float = -9.0) -> np.ndarray:
+    """A judge-like prompt: its own share at the floor and a handful of narrow lumps above."""
+    size = 20_000
+    centres = rng.normal(0.0, 3.0, rng.integers(3, 8))
+    at_floor = rng.random(size) < rng.uniform(0.2, 0.7)
+    lumps = rng.choice(centres, size) + rng.normal(0.0, 0.3, size)
+    return np.where(at_floor, floor, np.maximum(lumps, floor))
+
+
+def _n_for(prompts: list[np.ndarray], target: float) -> int:
+    """The least N whose Best-of-N reaches ``target`` on the prompts' full distributions
+    (E[AR(max of N - kappa)] on each one's empirical CDF; bisection: it rises with N)."""
+    log_cdf = np.log(np.arange(1, prompts[0].size + 1) / prompts[0].size)
+    ars = [acceptance_rate(np.sort(p), float(np.quantile(p, ALPHA))) for p in prompts]
+
+    def reaches(n: int) -> bool:
+        return np.mean([np.diff(np.exp(n * log_cdf), prepend=0.0) @ ar for ar in ars]) >= target
+
+    lo, hi = 0, 960
+    assert reaches(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+    return hi
+
+
+def test_lumpy_rewards_get_narrower_kernels_than_smooth_ones() -> None:
+    """Normal samples of 96 mostly get Silverman's width or more (the likelihood asks for at
+    least 0.7 of it in the median of 10); three lumps of sd 0.05 get kernels of their own
+    size, where Silverman's rule would smear them together (~0.5)."""
+    ratios, lumps = [], []
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        smooth = rng.normal(0.0, 1.0, 96)
+        iqr = np.subtract(*np.percentile(smooth, [75, 25]))
+        silverman = 0.9 * min(smooth.std(ddof=1), iqr / 1.34) * 96**-0.2
+        ratios.append(loo_bandwidth(smooth) / silverman)
+        lumps.append(loo_bandwidth(rng.choice([-2.0, 0.0, 2.0], 96) + rng.normal(0.0, 0.05, 96)))
+    assert np.median(ratios) >= 0.7
+    assert max(lumps) < 0.1
+    assert loo_bandwidth(np.array([1.0, 1.0, 2.0])) == 0.0  # two distinct values: no kernel
+
+
+def test_normal_streams_give_the_normal_best_of_n_curve() -> None:
+    rng = np.random.default_rng(1)
+    streams = [list(rng.normal(loc, 1.0, 96)) for loc in rng.normal(0.0, 2.0, 40)]
+    ns = np.array([4, 16, 64, 256])
+    got = best_of_n_acceptance(streams, ns, alpha=ALPHA)
+    assert got is not None
+    kappa = norm.ppf(ALPHA)
+    x = np.linspace(-6.0, 8.0, 20_001)
+    want = [float(np.diff(norm.cdf(x) ** n, prepend=0.0) @ acceptance_rate(x, kappa)) for n in ns]
+    assert np.max(np.abs(got - np.array(want))) < 0.04
+
+
+def test_lumpy_prompts_recover_their_true_best_of_n() -> None:
+    """Prompts each with their own lumps (sd 0.3) and floor share: the N read from one stream
+    of 96 per prompt is never under the N their full distributions need by more than 10%, and
+    over it by at most 35% (the kernels widen the top lump: 38 -> 46 at 0.9 here)."""
+    rng = np.random.default_rng(2)
+    prompts = [_lumpy_prompt(rng) for _ in range(40)]
+    streams = [list(rng.choice(p, 96, replace=False)) for p in prompts]
+    for target in (0.7, 0.9):
+        want = _n_for(prompts, target)
+        got = bootstrap_n(streams, target, alpha=ALPHA, horizon=960, floor=-9.0)
+        assert got is not None
+        assert 0.9 * want - 1 <= got <= 1.35 * want + 1, (target, got, want)
+
+
+def test_a_short_stream_loses_the_reward_that_stopped_it() -> None:
+    """A stream cut short ends on its stopping reward; with ``kept_length`` that reward is left
+    out, so an outlier at the end of every short stream does not shrink N."""
+    rng = np.random.default_rng(3)
+    base = [list(rng.normal(0.0, 1.0, 60)) for _ in range(30)]
+    plain = bootstrap_n(base, 0.9, alpha=ALPHA, horizon=960)
+    ended = [[*s, 6.0] for s in base]
+    assert bootstrap_n(ended, 0.9, alpha=ALPHA, horizon=960, kept_length=96) == plain
+    assert bootstrap_n(ended, 0.9, alpha=ALPHA, horizon=960) != plain
+
+
+def test_too_few_streams_or_an_unreachable_target_give_none() -> None:
+    rng = np.random.default_rng(4)
+    few = [list(rng.normal(0.0, 1.0, 96)) for _ in range(BOOTSTRAP_MIN_STREAMS - 1)]
+    assert bootstrap_n(few, 0.9, alpha=ALPHA, horizon=960) is None
+    short = [list(rng.normal(0.0, 1.0, 12)) for _ in range(40)]  # under STREAM_MIN_REWARDS
+    assert bootstrap_n(short, 0.9, alpha=ALPHA, horizon=960) is None
+    many = few + [list(rng.normal(0.0, 1.0, 96)) for _ in range(20)]
+    assert bootstrap_n(many, 0.9, alpha=ALPHA, horizon=4) is None  # Best-of-4 falls short
+
+
+@dataclass(frozen=True)
+class _Table:
+    target: float
+    fixed_n: int | None
+    cap: int | None = None
+
+
+@pytest.mark.parametrize("fixed_n, cap", [(400, None), (None, 400), (400, 500)])
+def test_the_tables_best_of_n_is_lowered_where_the_streams_say_fewer(fixed_n, cap) -> None:
+    rng = np.random.default_rng(5)
+    prompts = [_lumpy_prompt(rng) for _ in range(30)]
+    streams = [list(rng.choice(p, 96, replace=False)) for p in prompts]
+    n = bootstrap_n(streams, 0.9, alpha=ALPHA, horizon=960, min_samples=8, floor=-9.0)
+    assert n is not None and n < 400
+    prompts = pseudo_prompts(streams, alpha=ALPHA, floor=-9.0)
+    table = streams_best_of_n(_Table(0.9, fixed_n, cap), prompts, 8, 960)
+    assert table.fixed_n == (None if fixed_n is None else n)
+    assert table.cap == (None if cap is None else n)
+
+
+def test_the_tables_best_of_n_is_never_raised_and_a_rule_is_left_alone() -> None:
+    rng = np.random.default_rng(6)
+    streams = [list(rng.normal(0.0, 1.0, 96)) for _ in range(30)]
+    prompts = pseudo_prompts(streams, alpha=ALPHA)
+    small = _Table(0.9, fixed_n=5)
+    assert streams_best_of_n(small, prompts, 8, 960) is small
+    rule = _Table(0.9, fixed_n=None)
+    assert streams_best_of_n(rule, prompts, 8, 960) is rule
