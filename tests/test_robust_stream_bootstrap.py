@@ -125,7 +125,7 @@ def test_the_tables_best_of_n_is_lowered_where_the_streams_say_fewer(fixed_n, ca
     streams = [list(rng.choice(p, 96, replace=False)) for p in prompts]
     n = bootstrap_n(streams, 0.9, alpha=ALPHA, horizon=960, min_samples=8, floor=-9.0)
     assert n is not None and n < 400
-    prompts = pseudo_prompts(streams, alpha=ALPHA, floor=-9.0)
+    prompts = pseudo_prompts(streams, alpha=ALPHA, floor=-9.0).prompts
     table = streams_best_of_n(_Table(0.9, fixed_n, cap), prompts, 8, 960)
     assert table.fixed_n == (None if fixed_n is None else n)
     assert table.cap == (None if cap is None else n)
@@ -134,8 +134,21 @@ def test_the_tables_best_of_n_is_lowered_where_the_streams_say_fewer(fixed_n, ca
 def test_the_tables_best_of_n_is_never_raised_and_a_rule_is_left_alone() -> None:
     rng = np.random.default_rng(6)
     streams = [list(rng.normal(0.0, 1.0, 96)) for _ in range(30)]
-    prompts = pseudo_prompts(streams, alpha=ALPHA)
+    prompts = pseudo_prompts(streams, alpha=ALPHA).prompts
     small = _Table(0.9, fixed_n=5)
     assert streams_best_of_n(small, prompts, 8, 960) is small
     rule = _Table(0.9, fixed_n=None)
     assert streams_best_of_n(rule, prompts, 8, 960) is rule
+
+
+def test_lumpy_streams_are_told_from_smooth_ones() -> None:
+    """The tables read the streams' N only where the streams are lumpy: a judge's few lumps per
+    prompt are, normal prompts and a Tobit of them are not."""
+    rng = np.random.default_rng(7)
+    lumpy = [list(rng.choice(_lumpy_prompt(rng), 96, replace=False)) for _ in range(30)]
+    normal = [list(rng.normal(loc, 1.0, 96)) for loc in rng.normal(0.0, 2.0, 30)]
+    tobit = [list(np.maximum(rng.normal(loc, 1.0, 96), -1.0)) for loc in rng.normal(0.0, 1.0, 30)]
+    assert pseudo_prompts(lumpy, alpha=ALPHA, floor=-9.0).lumpy
+    assert not pseudo_prompts(normal, alpha=ALPHA).lumpy
+    assert not pseudo_prompts(tobit, alpha=ALPHA, floor=-1.0).lumpy
+    assert not pseudo_prompts([], alpha=ALPHA).lumpy

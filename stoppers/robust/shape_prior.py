@@ -125,7 +125,12 @@ from stoppers.robust.stop_table import (
     s_bin,
     z_bin,
 )
-from stoppers.robust.stream_bootstrap import n_for_target, pseudo_prompts
+from stoppers.robust.stream_bootstrap import (
+    LIGHT_TAIL_XI,
+    StreamPrompts,
+    n_for_target,
+    pseudo_prompts,
+)
 from stoppers.robust.xi_prior import XiPrior
 
 __all__ = ["MAX_TABLES", "AnyTable", "ShapePrior", "build_table"]
@@ -245,7 +250,9 @@ class ShapePrior:
     )
     # the kept streams read as pseudo-prompts (stream_bootstrap), by (requests, streams, alpha,
     # floor, ceiling): every target's build reads the same ones
-    _pseudo_prompts: dict[tuple, list] = field(default_factory=dict, repr=False, compare=False)
+    _pseudo_prompts: dict[tuple, StreamPrompts] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     _facts: list[StreamFacts] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -579,11 +586,13 @@ class ShapePrior:
         ends = (None if bound is None else bound.value, ceiling_of(self))
         fitted_cache, interior_cache = self._fitted, self._fitted_interior
         cut_cache, prompts_cache = self._cut_interior, self._pseudo_prompts
+        light_tails = self.xi.learned and self.xi.mean_xi <= LIGHT_TAIL_XI
 
         def build() -> AnyTable:
             table = build_shaped()
             sized = table.fixed_n is not None or getattr(table, "cap", None) is not None
-            if sized and step is None:  # a lattice's streams hold only the levels they drew
+            # a lattice's streams hold only the levels they drew; heavy tails pass the kernels
+            if sized and step is None and light_tails:
                 key = (requests, len(kept), alpha, ends)
                 if key not in prompts_cache:
                     prompts_cache.clear()
@@ -594,7 +603,9 @@ class ShapePrior:
                         ceiling=ends[1],
                         kept_length=STREAM_REWARDS,
                     )
-                table = streams_best_of_n(table, prompts_cache[key], min_samples, horizon)
+                prompts = prompts_cache[key]
+                if prompts.lumpy:  # smooth streams: the table's own smooth shape is right
+                    table = streams_best_of_n(table, prompts.prompts, min_samples, horizon)
             return table
 
         def build_shaped() -> AnyTable:
@@ -758,7 +769,9 @@ def streams_best_of_n(
     (:mod:`stoppers.robust.stream_bootstrap`). Why lowered only: the table's N comes from one
     smooth shape, which over-delivers on prompts that each hold their own lumps (a judge's);
     where the streams ask for more, the bootstrap's kernels have smeared a hard end past where
-    it is (uniform rewards: 20-40% above the true N), which the table's shape holds."""
+    it is (uniform rewards: 20-40% above the true N), which the table's shape holds. The
+    caller reads it only where the deployment's tails are light (``LIGHT_TAIL_XI``) and its
+    streams lumpy (``StreamPrompts.lumpy``)."""
     sized = [n for n in (table.fixed_n, getattr(table, "cap", None)) if n is not None]
     if not sized:
         return table

@@ -186,6 +186,11 @@ class XiPrior:
         """True once ``MIN_REQUESTS`` requests have been learned."""
         return self.requests >= MIN_REQUESTS
 
+    @property
+    def mean_xi(self) -> float:
+        """The mean tail shape of the deployment's requests under ``g``."""
+        return float(np.asarray(self.g) @ XI_GRID)
+
     def update(self, rewards: Any) -> bool:
         """Learn from one finished request's observed rewards; True if it counted.
 
