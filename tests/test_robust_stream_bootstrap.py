@@ -152,3 +152,34 @@ def test_lumpy_streams_are_told_from_smooth_ones() -> None:
     assert not pseudo_prompts(normal, alpha=ALPHA).lumpy
     assert not pseudo_prompts(tobit, alpha=ALPHA, floor=-1.0).lumpy
     assert not pseudo_prompts([], alpha=ALPHA).lumpy
+
+
+def test_a_judge_like_deployment_builds_its_table_with_the_streams_n(monkeypatch) -> None:
+    """End to end through ShapePrior's build: 30 requests of judge-like prompts (light tails,
+    lumpy streams) give a censored table whose Best-of-N is the streams' N, below the one the
+    table's smooth shape sizes (read with the lumpiness gate closed)."""
+    import stoppers.robust.stream_bootstrap as stream_bootstrap
+    from stoppers.robust.shape_prior import STREAM_REWARDS, ShapePrior
+
+    rng = np.random.default_rng(8)
+    prior = ShapePrior()
+    for _ in range(30):
+        prior.update(rng.choice(_lumpy_prompt(rng), 96, replace=False))
+    key = prior.table_key(0.9, min_samples=8, horizon=960)
+    assert prior.xi.mean_xi <= stream_bootstrap.LIGHT_TAIL_XI
+    read = prior.prepare(key)()
+    want = bootstrap_n(
+        prior.streams,
+        0.9,
+        alpha=ALPHA,
+        horizon=960,
+        min_samples=8,
+        floor=prior.floor.bound,
+        kept_length=STREAM_REWARDS,
+    )
+    monkeypatch.setattr(stream_bootstrap, "LUMPY_WIDTH_RATIO", 0.0)
+    prior._pseudo_prompts.clear()
+    smooth = prior.prepare(key)()
+    assert smooth.cap is not None and want is not None and want < smooth.cap
+    assert read.cap == want
+    assert read.fixed_n in (None, want)
