@@ -590,9 +590,8 @@ class ShapePrior:
 
         def build() -> AnyTable:
             table = build_shaped()
-            sized = table.fixed_n is not None or getattr(table, "cap", None) is not None
             # a lattice's streams hold only the levels they drew; heavy tails pass the kernels
-            if sized and step is None and light_tails:
+            if _best_of_n_sizes(table) and step is None and light_tails:
                 key = (requests, len(kept), alpha, ends)
                 if key not in prompts_cache:
                     prompts_cache.clear()
@@ -758,6 +757,11 @@ def _stream_facts(stream: list[float]) -> StreamFacts:
     return StreamFacts(stream_ties(stream), stream_step(stream), x.size, z_max, sd)
 
 
+def _best_of_n_sizes(table: AnyTable) -> list[int]:
+    """The Best-of-N sizes ``table`` runs: its ``fixed_n`` and a floor table's ``cap``, if set."""
+    return [n for n in (table.fixed_n, getattr(table, "cap", None)) if n is not None]
+
+
 def streams_best_of_n(
     table: AnyTable,
     prompts: list[tuple[np.ndarray, np.ndarray]],
@@ -772,7 +776,7 @@ def streams_best_of_n(
     it is (uniform rewards: 20-40% above the true N), which the table's shape holds. The
     caller reads it only where the deployment's tails are light (``LIGHT_TAIL_XI``) and its
     streams lumpy (``StreamPrompts.lumpy``)."""
-    sized = [n for n in (table.fixed_n, getattr(table, "cap", None)) if n is not None]
+    sized = _best_of_n_sizes(table)
     if not sized:
         return table
     n = n_for_target(prompts, table.target, horizon=horizon, min_samples=min_samples)

@@ -64,11 +64,13 @@ STREAM_MIN_REWARDS = 24  # a shorter stream says too little about its prompt's t
 # `judge`, -0.26 on `floored`, -0.17 normal, -0.94 uniform; -0.03 / +0.02 on the Tobits of
 # Gumbel and Student-t(5), +0.17 Student-t, +0.05 lognormal, +0.22 pareto, -0.16 `mixed`
 LIGHT_TAIL_XI = -0.1
-# ... and only where the kept streams are lumpy: their median kernel width at most this share
-# of Silverman's (streams of 96 after 40 prompts: 0.5 on `ap05` and `uniform`, 0.7 on `ap15` and
-# mixture; 1.0 on `floored`, 1.4 on `judge`, normal and the Tobit of Student-t(5)). On smooth
-# shapes the table's own is right, and the kernels read from short, selected streams were not:
-# `floored` at sd 3.5 delivered 0.663 for 0.7 with them (0.722 without)
+# ... and only where the kept streams are lumpy: the geometric mean over streams of the kernel
+# width at most this share of Silverman's (30 streams of 40-96 rewards, six draws: `ap05`
+# 0.46-0.71, uniform 0.40-0.48, mixture 0.77-0.85, `ap15` 0.70-0.97; `floored` sd 3.5 0.78-0.96,
+# `floored --loc-mean -2` 0.83-1.01, `judge` 1.13-1.27, normal 1.14-1.28, the Tobit of
+# Student-t(5) 1.02-1.24). On smooth shapes the table's own is right, and the kernels read from
+# short, selected streams were not: `floored` at sd 3.5 delivered 0.663 for 0.7 with them
+# (0.722 without)
 LUMPY_WIDTH_RATIO = 0.75
 GRID_POINTS = 512  # per stream: where F is evaluated, between the stream's ends +- its kernels
 _BANDWIDTH_MULTIPLES = (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0, 1.4)  # of Silverman's
