@@ -183,3 +183,22 @@ def test_a_judge_like_deployment_builds_its_table_with_the_streams_n(monkeypatch
     assert smooth.cap is not None and want is not None and want < smooth.cap
     assert read.cap == want
     assert read.fixed_n in (None, want)
+
+
+@pytest.mark.parametrize("clipped", [1, 3])
+def test_values_at_a_far_ceiling_keep_their_atom(clipped: int) -> None:
+    """A lone best at the judge's clip, far above the stream's next value: F jumps to 1 at the
+    ceiling by the share clipped there (the grid once stopped 5 kernel widths above the next
+    value, dropping that mass; over 1% of the stream it lost the whole pseudo-prompt)."""
+    rng = np.random.default_rng(5)
+    ceiling = 10.0
+    stream = np.append(rng.normal(0.0, 1.0, 120), [ceiling] * clipped)
+    prompts = pseudo_prompts([stream], alpha=ALPHA, ceiling=ceiling).prompts
+    assert len(prompts) == 1
+    log_f, ar = prompts[0]
+    f = np.exp(log_f)
+    assert f[-1] == pytest.approx(1.0)
+    assert f[-1] - f[-2] == pytest.approx(clipped / stream.size, abs=1e-6)
+    # three at the clip (2.4%) put the 0.99-quantile there: the ceiling's acceptance is 1
+    assert ar[-1] == pytest.approx(1.0)
+    assert (ar[-1] > ar[-2]) if clipped == 3 else (ar[-2] > 0.5)

@@ -118,15 +118,22 @@ def _pseudo_prompt(
     lo = inner.min() - 4.0 * h if floor is None else max(floor, inner.min() - 4.0 * h)
     hi = inner.max() + 5.0 * h if ceiling is None else min(ceiling, inner.max() + 5.0 * h)
     grid = np.linspace(lo, hi, GRID_POINTS)
+    # values at the clip far above the kernels' reach: the ceiling's atom gets its own point
+    gap = ceiling is not None and bool(at_ceiling.any()) and hi < ceiling
+    if gap:
+        grid = np.append(grid, ceiling)
     cdf = ndtr((grid[:, None] - inner[None, :]) / h).sum(axis=1)
     # kernel mass below the floor joins the floor's atom, above the ceiling the ceiling's
     cdf = (cdf + at_floor.sum()) / stream.size
-    if ceiling is not None and hi >= ceiling:
+    if ceiling is not None and grid[-1] >= ceiling:
         cdf[-1] = 1.0
     cdf = np.minimum(np.maximum.accumulate(cdf), 1.0)
     if cdf[-1] < alpha:
         return None
-    kappa = float(np.interp(alpha, cdf, grid))  # F is flat below lo only at a floor's atom
+    # in a far ceiling's atom the quantile is the ceiling, not a point of the gap below it; F
+    # is flat below lo only at a floor's atom
+    in_atom = gap and alpha > cdf[-2]
+    kappa = float(grid[-1]) if in_atom else float(np.interp(alpha, cdf, grid))
     return grid, cdf, kappa, h / silverman
 
 
