@@ -12,6 +12,7 @@ from stoppers.faircap import acceptance_rate
 from stoppers.robust.shape_prior import streams_best_of_n
 from stoppers.robust.stream_bootstrap import (
     BOOTSTRAP_MIN_STREAMS,
+    _pseudo_prompt,
     best_of_n_acceptance,
     bootstrap_n,
     loo_bandwidth,
@@ -202,3 +203,6 @@ def test_values_at_a_far_ceiling_keep_their_atom(clipped: int) -> None:
     # three at the clip (2.4%) put the 0.99-quantile there: the ceiling's acceptance is 1
     assert ar[-1] == pytest.approx(1.0)
     assert (ar[-1] > ar[-2]) if clipped == 3 else (ar[-2] > 0.5)
+    # ... at the ceiling itself, not at a point of the gap below its atom
+    grid, _, kappa, _ = _pseudo_prompt(stream, None, ceiling, ALPHA)
+    assert (kappa == ceiling) if clipped == 3 else (kappa < grid[-2])
