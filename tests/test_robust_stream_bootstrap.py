@@ -155,6 +155,22 @@ def test_lumpy_streams_are_told_from_smooth_ones() -> None:
     assert not pseudo_prompts([], alpha=ALPHA).lumpy
 
 
+def test_the_gate_reads_widths_only_and_the_prompts_match_each_stream_read_alone() -> None:
+    """Telling smooth streams from lumpy ones computes no stream's F (on a smooth deployment
+    the F's would be discarded); read later, the pseudo-prompts are each stream's own."""
+    rng = np.random.default_rng(8)
+    normal = [rng.normal(loc, 1.0, 96) for loc in rng.normal(0.0, 2.0, 30)]
+    read = pseudo_prompts(normal, alpha=ALPHA)
+    assert not read.lumpy
+    assert "prompts" not in vars(read)  # cached_property: not computed by the gate
+    assert len(read.prompts) == len(normal)
+    for stream, (log_f, ar) in zip(normal, read.prompts, strict=True):
+        grid, cdf, kappa, _ = _pseudo_prompt(stream, None, None, ALPHA)
+        with np.errstate(divide="ignore"):
+            assert np.array_equal(log_f, np.log(cdf))
+        assert np.array_equal(ar, acceptance_rate(grid, kappa))
+
+
 def test_a_judge_like_deployment_builds_its_table_with_the_streams_n(monkeypatch) -> None:
     """End to end through ShapePrior's build: 30 requests of judge-like prompts (light tails,
     lumpy streams) give a censored table whose Best-of-N is the streams' N, below the one the

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from scipy.special import ndtr
@@ -104,27 +105,45 @@ def _widths(values: np.ndarray) -> tuple[float, float]:
     return width, base
 
 
-def _pseudo_prompt(
-    stream: np.ndarray, floor: float | None, ceiling: float | None, alpha: float
-) -> tuple[np.ndarray, np.ndarray, float, float] | None:
-    """(grid, F on it, kappa, kernel width / Silverman's) of ``stream`` read as a smoothed
-    bootstrap; None: no spread."""
+@dataclass(frozen=True)
+class _Kernels:
+    """A stream split at the deployment's ends: its values at the floor and at the ceiling (as
+    atoms) and its interior with the kernel width the likelihood chose (and Silverman's)."""
+
+    size: int
+    floor_count: int
+    at_ceiling: bool
+    inner: np.ndarray
+    width: float
+    silverman: float
+
+
+def _kernels(stream: np.ndarray, floor: float | None, ceiling: float | None) -> _Kernels | None:
+    """``stream``'s :class:`_Kernels`; None: under 3 distinct interior values (no spread)."""
     at_floor = np.zeros(stream.size, dtype=bool) if floor is None else stream <= floor
     at_ceiling = np.zeros(stream.size, dtype=bool) if ceiling is None else stream >= ceiling
     inner = stream[~at_floor & ~at_ceiling]
     h, silverman = _widths(inner) if inner.size >= 3 else (0.0, 0.0)
     if h <= 0.0:
         return None
+    return _Kernels(stream.size, int(at_floor.sum()), bool(at_ceiling.any()), inner, h, silverman)
+
+
+def _distribution(
+    k: _Kernels, floor: float | None, ceiling: float | None, alpha: float
+) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """(grid, F on it, kappa) of the smoothed bootstrap ``k``; None: F never reaches alpha."""
+    h, inner = k.width, k.inner
     lo = inner.min() - 4.0 * h if floor is None else max(floor, inner.min() - 4.0 * h)
     hi = inner.max() + 5.0 * h if ceiling is None else min(ceiling, inner.max() + 5.0 * h)
     grid = np.linspace(lo, hi, GRID_POINTS)
     # values at the clip far above the kernels' reach: the ceiling's atom gets its own point
-    gap = ceiling is not None and bool(at_ceiling.any()) and hi < ceiling
+    gap = ceiling is not None and k.at_ceiling and hi < ceiling
     if gap:
         grid = np.append(grid, ceiling)
     cdf = ndtr((grid[:, None] - inner[None, :]) / h).sum(axis=1)
     # kernel mass below the floor joins the floor's atom, above the ceiling the ceiling's
-    cdf = (cdf + at_floor.sum()) / stream.size
+    cdf = (cdf + k.floor_count) / k.size
     if ceiling is not None and grid[-1] >= ceiling:
         cdf[-1] = 1.0
     cdf = np.minimum(np.maximum.accumulate(cdf), 1.0)
@@ -134,22 +153,54 @@ def _pseudo_prompt(
     # is flat below lo only at a floor's atom
     in_atom = gap and alpha > cdf[-2]
     kappa = float(grid[-1]) if in_atom else float(np.interp(alpha, cdf, grid))
-    return grid, cdf, kappa, h / silverman
+    return grid, cdf, kappa
+
+
+def _pseudo_prompt(
+    stream: np.ndarray, floor: float | None, ceiling: float | None, alpha: float
+) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+    """(grid, F on it, kappa, kernel width / Silverman's) of ``stream`` read as a smoothed
+    bootstrap; None: no spread, or F never reaches alpha."""
+    k = _kernels(stream, floor, ceiling)
+    read = None if k is None else _distribution(k, floor, ceiling, alpha)
+    return None if read is None else (*read, k.width / k.silverman)
 
 
 @dataclass(frozen=True)
 class StreamPrompts:
-    """The kept streams read as pseudo-prompts: per stream (log F, AR against kappa) on its
-    grid (what :func:`n_for_target` reads), and the geometric mean over streams of the kernel
+    """The kept streams read as pseudo-prompts: the geometric mean over streams of the kernel
     width the likelihood chose over Silverman's (under 1: the streams are lumpier than one
-    smooth bump; :data:`LUMPY_WIDTH_RATIO`)."""
+    smooth bump; :data:`LUMPY_WIDTH_RATIO`), and per stream (log F, AR against kappa) on its
+    grid (what :func:`n_for_target` reads).
 
-    prompts: list[tuple[np.ndarray, np.ndarray]]
-    width_ratio: float
+    Why the prompts are computed on first read: the widths are all the lumpiness gate needs,
+    and on a smooth deployment the F's (``GRID_POINTS`` x each stream's rewards) would be
+    computed only to be discarded, once per deployment state."""
+
+    kernels: tuple[_Kernels, ...]
+    alpha: float
+    floor: float | None
+    ceiling: float | None
+
+    @cached_property
+    def width_ratio(self) -> float:
+        ratios = [k.width / k.silverman for k in self.kernels]
+        return float(np.exp(np.mean(np.log(ratios)))) if ratios else float("nan")
 
     @property
     def lumpy(self) -> bool:
-        return len(self.prompts) > 0 and self.width_ratio <= LUMPY_WIDTH_RATIO
+        return len(self.kernels) > 0 and self.width_ratio <= LUMPY_WIDTH_RATIO
+
+    @cached_property
+    def prompts(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        prompts = []
+        for k in self.kernels:
+            read = _distribution(k, self.floor, self.ceiling, self.alpha)
+            if read is not None:
+                grid, cdf, kappa = read
+                with np.errstate(divide="ignore"):
+                    prompts.append((np.log(cdf), acceptance_rate(grid, kappa)))
+        return prompts
 
 
 def pseudo_prompts(
@@ -162,21 +213,17 @@ def pseudo_prompts(
 ) -> StreamPrompts:
     """Each usable stream read as a smoothed bootstrap (module docstring). Streams shorter than
     ``kept_length`` lose their last reward."""
-    prompts, ratios = [], []
+    kernels = []
     for s in streams:
         if kept_length is not None and len(s) < kept_length:
             s = s[:-1]
         x = np.asarray(s, dtype=np.float64)
         if x.size < STREAM_MIN_REWARDS:
             continue
-        prompt = _pseudo_prompt(x, floor, ceiling, alpha)
-        if prompt is not None:
-            grid, cdf, kappa, ratio = prompt
-            with np.errstate(divide="ignore"):
-                prompts.append((np.log(cdf), acceptance_rate(grid, kappa)))
-            ratios.append(ratio)
-    width = float(np.exp(np.mean(np.log(ratios)))) if ratios else float("nan")
-    return StreamPrompts(prompts, width)
+        k = _kernels(x, floor, ceiling)
+        if k is not None:
+            kernels.append(k)
+    return StreamPrompts(tuple(kernels), alpha, floor, ceiling)
 
 
 def _mean_acceptance(prompts: list[tuple[np.ndarray, np.ndarray]], n: np.ndarray) -> np.ndarray:
