@@ -7,7 +7,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from stoppers.replay.synth import FAMILIES, HELD_OUT_2, HELD_OUT_3, SynthSpec, generate
+from stoppers.replay.synth import (
+    FAMILIES,
+    HELD_OUT_2,
+    HELD_OUT_3,
+    HELD_OUT_4,
+    SynthSpec,
+    generate,
+)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -22,7 +29,7 @@ def test_every_family_is_seeded_and_finite(family: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "family", [f for f in FAMILIES if f not in ("clipped", "mixed", *HELD_OUT_3)]
+    "family", [f for f in FAMILIES if f not in ("clipped", "mixed", *HELD_OUT_3, *HELD_OUT_4)]
 )
 def test_location_and_scale_vary_across_prompts(family: str) -> None:
     out = generate(SynthSpec(family=family, prompts=300, samples=400, seed=1))
@@ -70,6 +77,22 @@ def test_judge_family_piles_a_share_of_each_prompt_at_one_floor() -> None:
     above = [row[row > floor] for row in r]
     np.testing.assert_allclose([a.mean() for a in above], out["loc"], atol=0.5)
     assert 0.75 < np.median([a.std() for a in above] / out["scale"]) < 1.25
+
+
+def test_repeats_family_repeats_responses_as_often_as_each_prompt_draws() -> None:
+    """Each prompt holds its own number of distinct rewards, from a handful to hundreds, at
+    values off any lattice; the distinct values are the prompt's normal draws."""
+    spec = SynthSpec(family="repeats", prompts=200, samples=960, seed=0)
+    out = generate(spec)
+    r = out["rewards"]
+    distinct = np.array([np.unique(row).size for row in r])
+    assert distinct.min() <= 10 and distinct.max() >= 300
+    assert 30 <= np.median(distinct) <= 120  # E[D] ~ theta log(1 + n / theta), theta log-uniform
+    rows = zip(r, out["loc"], out["scale"], strict=True)
+    z = np.concatenate([(np.unique(row) - m) / s for row, m, s in rows])
+    assert abs(z.mean()) < 0.1 and abs(z.std() - 1.0) < 0.1  # the base: a standard normal
+    row = np.unique(r[np.argmax(distinct)])
+    assert np.unique(np.round(np.diff(row) / np.diff(row).min(), 6)).size > 100  # no lattice
 
 
 def test_rounded_family_is_a_lattice_without_a_clip() -> None:

@@ -61,6 +61,17 @@ rewards pile up at (docs/robust-stopping.md, "The floor read as censoring"); not
   scale_median)``) and draws the rest as ``normal`` does (the AlpacaEval pool's structure: a
   floor pile-up whose share varies by prompt, and a continuum above it).
 
+Held out on 2026-12-01 (``HELD_OUT_4``), built to test rewards that repeat because responses
+do; not among ``mixed``'s choices:
+
+* ``repeats`` — each prompt's responses repeat verbatim as the draws of a Chinese restaurant
+  process do (a generator at low temperature, a short factual answer): response i is a new one
+  with chance theta / (theta + i), else a copy of an earlier one drawn at random, and each new
+  response's ``z`` is a fresh standard normal. theta is the prompt's own, log-uniform in
+  [0.5, 300]: from 2-5 distinct responses in 960 to about 600. The repeated rewards sit at
+  arbitrary values, not on a lattice (docs/robust-stopping.md, "Responses that repeat
+  verbatim").
+
 Output precision (2026-11-30): ``precision="bfloat16"`` (or ``"float16"``, ``"float32"``)
 rounds every reward to that format, as a reward model run in half precision on a GPU returns
 its scores (the reward worker's ``auto`` dtype; vLLM's pooling runner likewise). A bfloat16
@@ -84,6 +95,7 @@ __all__ = [
     "FAMILIES",
     "HELD_OUT_2",
     "HELD_OUT_3",
+    "HELD_OUT_4",
     "PRECISIONS",
     "SynthSpec",
     "generate",
@@ -112,6 +124,7 @@ HELD_OUT_2 = (
     "rare-mode",
 )
 HELD_OUT_3 = ("floored", "judge")
+HELD_OUT_4 = ("repeats",)
 PRECISIONS = ("float64", "float32", "bfloat16", "float16")
 _CONTINUOUS_FAMILIES = tuple(f for f in _BASE_FAMILIES if f != "clipped")
 FAMILIES = (
@@ -122,6 +135,7 @@ FAMILIES = (
     "rounded",
     *HELD_OUT_2,
     *HELD_OUT_3,
+    *HELD_OUT_4,
 )
 
 _SKEW_SHAPE = 4.0
@@ -129,6 +143,7 @@ _T_DF = 3.0
 _LOGNORMAL_SIGMA = 0.5
 _GAMMA_K = 2.0
 _PARETO_XI = 0.3
+_REPEATS_THETA = (0.5, 300.0)  # the range of a prompt's concentration, drawn log-uniform
 
 
 @dataclass(frozen=True)
@@ -261,6 +276,8 @@ def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         return rng.logistic(0.0, 1.0, size) / (math.pi / math.sqrt(3.0))
     if family in HELD_OUT_2:
         return _held_out_draws(family, size, rng)
+    if family == "repeats":
+        return _repeated_draws(size, rng)
     if family == "mixture":
         weight = rng.uniform(0.1, 0.4)
         good = rng.random(size) < weight
@@ -306,6 +323,21 @@ def _held_out_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         raw = np.where(good, rng.normal(5.0, 0.7, size), rng.standard_normal(size))
         return _standardise_mixture(raw, ((1.0 - weight, 0.0, 1.0), (weight, 5.0, 0.7)))
     raise ValueError(f"unknown family {family!r}")
+
+
+def _repeated_draws(size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` draws of a Chinese restaurant process with a standard normal base, at a
+    concentration log-uniform in :data:`_REPEATS_THETA`, in a random order."""
+    lo, hi = _REPEATS_THETA
+    theta = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    i = np.arange(size)
+    fresh = rng.random(size) < theta / (theta + i)  # the first draw is always new
+    source = np.floor(rng.random(size) * np.maximum(i, 1)).astype(np.int64)  # an earlier draw
+    fresh_values = rng.standard_normal(size)
+    out = np.empty(size)
+    for k in range(size):
+        out[k] = fresh_values[k] if fresh[k] else out[source[k]]
+    return rng.permutation(out)
 
 
 def _standardise_mixture(

@@ -74,9 +74,15 @@ class TailPolicy(StoppingPolicy):
             precision_weighted=self.precision_weighted,
             repeats_alpha=self.alpha if self.stops_on_repeats else None,
             two_level_cells=self.two_level_cells,
+            repeats_target=self._repeats_target(),
         )
         self._fit_seen: TailFit | None = None
         self._kappa_off = math.nan
+
+    def _repeats_target(self) -> float | None:
+        """The acceptance :class:`~stoppers.robust.tracker.SeenValues` may stop at (target
+        mode's target; None: only when no unseen value can hold the benchmark)."""
+        return None
 
     @property
     def rewards_sorted(self) -> list[float]:

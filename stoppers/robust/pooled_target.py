@@ -170,7 +170,7 @@ class PooledTargetAcceptance(StoppingPolicy):
         self._m2 = 0.0
         self._above = 0  # the censored rule's rewards above the floor
         self._scale = math.nan
-        self._ties = BestTies(repeats_alpha=self.alpha)
+        self._ties = BestTies(repeats_alpha=self.alpha, repeats_target=self.target)
         self._ceiling = ceiling_of(prior)
 
     deployment_prior = ShapePrior  # what sequential replay / the gateway keeps for this policy

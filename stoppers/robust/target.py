@@ -73,6 +73,7 @@ class TailTargetAcceptance(TailPolicy):
         target = float(target)
         if not (0.0 < target <= 1.0):
             raise ValueError(f"target must be in (0, 1], got {target!r}")
+        self.target = target  # before the base builds the tracker (_repeats_target)
         super().__init__(
             alpha=alpha,
             min_samples=min_samples,
@@ -81,9 +82,11 @@ class TailTargetAcceptance(TailPolicy):
             prior=prior,
             floor=floor,
         )
-        self.target = target
         self.overshoot = bool(overshoot)
         self._h = math.nan
+
+    def _repeats_target(self) -> float | None:
+        return self.target
 
     @property
     def expected_delivered_acceptance(self) -> float | None:

@@ -92,15 +92,30 @@ class SeenValues:
     and one more reward cannot raise AR(best - kappa) above 1. Continuous rewards are all
     singletons, so it never fires for them; the + 1 keeps it from firing before n reaches
     1 / (1 - alpha) (100 rewards at alpha = 0.99).
+
+    With a ``target`` (target mode) it also fires once kappa <= best is likely enough that the
+    acceptance, at least P(kappa <= best), meets the target: not every unseen value lies above
+    the best. If responses repeat as draws of a Dirichlet process do, each new response's reward
+    is a fresh draw of one continuous law, and the D distinct rewards seen are D such draws; the
+    share of that law above their best is Beta(1, D). The mass above the best is the unseen mass
+    M (Good-Turing, as above) times that share, and kappa <= best when it is at most 1 - alpha:
+    P = 1 - (1 - (1 - alpha) / M)^D. On continuous rewards (M ~ 1, D = n) this is the exact
+    chance that the best of n exceeds the alpha-quantile, 1 - alpha^n: a bound that needs no
+    shape (0.9 at 229 rewards, 0.7 at 120), far above where the shape's rule stops. Where a
+    prompt's responses repeat it ends the search that the shape's rule, whose threshold a
+    prompt's few distinct rewards may never reach, would run to the budget
+    (docs/robust-stopping.md, "Responses that repeat verbatim").
     """
 
-    __slots__ = ("alpha", "counts", "n", "singletons")
+    __slots__ = ("_lattice", "alpha", "counts", "n", "singletons", "target")
 
-    def __init__(self, alpha: float) -> None:
+    def __init__(self, alpha: float, target: float | None = None) -> None:
         self.alpha = alpha  # the benchmark's percentile
+        self.target = target  # target mode's acceptance (None: only the point rule)
         self.counts: dict[float, int] = {}
         self.n = 0
         self.singletons = 0
+        self._lattice = (0, False)  # (distinct values, whether they sit on a lattice) when read
 
     def note(self, reward: float) -> None:
         seen = self.counts.get(reward, 0)
@@ -109,8 +124,33 @@ class SeenValues:
         self.singletons += 1 if seen == 0 else -1 if seen == 1 else 0
 
     def exhausted(self) -> bool:
-        """Is the estimated chance of a new value at most the benchmark's tail, 1 - alpha?"""
-        return self.singletons + 1 <= (1.0 - self.alpha) * self.n
+        """Is the estimated chance of a new value at most the benchmark's tail, 1 - alpha (or,
+        with a target, is kappa <= best at least that likely)?"""
+        tail = 1.0 - self.alpha
+        unseen = (self.singletons + 1) / self.n
+        if unseen <= tail:
+            return True
+        if self.target is None:
+            return False
+        distinct = len(self.counts)
+        if -math.expm1(distinct * math.log1p(-tail / unseen)) < self.target:
+            return False
+        return not self._on_a_lattice(distinct)
+
+    def _on_a_lattice(self, distinct: int) -> bool:
+        """Do the distinct values fill at least half the grid their smallest gap spans?
+
+        Why: rounded scores repeat because their levels do, and the levels not seen yet are
+        the extremes past both ends, about half of them above the best - not the Beta(1, D)
+        share of a fresh draw's rank (on normal scores rounded to 0.75 sd the target-aware
+        rule delivered 0.754 for 0.8). Continuous values that repeat are spread at random, and
+        D of them span about D^2 of their smallest gap. Read once per new distinct value."""
+        if self._lattice[0] != distinct:
+            values = np.sort(np.fromiter(self.counts, dtype=np.float64, count=distinct))
+            step = float(np.diff(values).min()) if distinct > 1 else 0.0
+            span = (values[-1] - values[0]) / step + 1.0 if step > 0.0 else 1.0
+            self._lattice = (distinct, 2 * distinct >= span)
+        return self._lattice[1]
 
 
 def cost_all_tied(cost: float) -> int:
@@ -216,9 +256,16 @@ class BestTies:
         "top",
     )
 
-    def __init__(self, *, enabled: bool = True, repeats_alpha: float | None = None) -> None:
-        # target mode's benchmark level: also stop once every value repeats (SeenValues)
-        self.seen = SeenValues(repeats_alpha) if repeats_alpha is not None else None
+    def __init__(
+        self,
+        *,
+        enabled: bool = True,
+        repeats_alpha: float | None = None,
+        repeats_target: float | None = None,
+    ) -> None:
+        # target mode's benchmark level and target: also stop once every value repeats
+        seen = None if repeats_alpha is None else SeenValues(repeats_alpha, repeats_target)
+        self.seen = seen
         self.levels = Levels()
         self.top = -math.inf
         self.count = 0
@@ -271,6 +318,7 @@ class TailTracker:
         precision_weighted: bool = False,
         repeats_alpha: float | None = None,
         two_level_cells: bool = False,
+        repeats_target: float | None = None,
     ) -> None:
         self.leave_out_best = leave_out_best
         # two values each seen three times read as two cells (gpd_tail.fit_cell; cost mode)
@@ -282,8 +330,9 @@ class TailTracker:
         self.prior_weight = prior_weight
         self.exact_until = exact_until
         self.sorted: list[float] = []
-        # the SeenValues rule at this benchmark level (None: off)
-        self.seen = SeenValues(repeats_alpha) if repeats_alpha is not None else None
+        # the SeenValues rule at this benchmark level and target (None: off)
+        seen = None if repeats_alpha is None else SeenValues(repeats_alpha, repeats_target)
+        self.seen = seen
         self.fit: TailFit | None = None
         self.step: float | None = None  # the lattice's cell at the last fit (None: continuous)
         self.refits = 0
