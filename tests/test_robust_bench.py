@@ -48,3 +48,13 @@ def test_the_cut_row_times_the_cut_reading():
 
     t = observe_latency(_cut_unreachable(), 40, repeats=2, floor=-1.0)
     assert t.size == 2 * 2 and np.all(t > 0.0)
+
+
+def test_the_target_rows_time_past_where_the_repeats_rule_would_stop():
+    """On continuous rewards the target-aware repeats rule stops a 0.9 request at 229 draws
+    (SeenValues); the target rows raise its target out of reach so n = 960 can be timed."""
+    from stoppers.robust.bench import _multiplier_unreachable, _pooled_unreachable
+
+    for make in (_pooled_unreachable(), _multiplier_unreachable()):
+        t = observe_latency(make, 300, repeats=1)
+        assert t.size == 300 // 16 and np.all(t > 0.0)

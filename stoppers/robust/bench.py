@@ -75,6 +75,16 @@ def observe_latency(
     return out
 
 
+def _repeats_unreachable(policy):
+    """The repeats rule's target raised to 1 (:class:`~stoppers.robust.tracker.SeenValues`): it
+    still reads its chance at every observe, but on continuous rewards it would stop the
+    request at 229 draws for a target of 0.9 (1 - 0.99^n), before the n timed here."""
+    seen = policy._ties.seen
+    assert seen is not None
+    seen.target = 1.0
+    return policy
+
+
 def _pooled_unreachable():
     """PooledTargetAcceptance with a learned prior and its offset raised out of reach."""
     import dataclasses
@@ -91,7 +101,7 @@ def _pooled_unreachable():
         policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=10_000, cold_start=1)
         policy._table = dataclasses.replace(policy._table, offset=1e6)
         policy._fixed_n = None  # time the table rule itself, not the Best-of-N it may name
-        return policy
+        return _repeats_unreachable(policy)
 
     return make
 
@@ -114,7 +124,7 @@ def _floor_unreachable():
         assert policy._censored is not None
         policy._censored = dataclasses.replace(policy._censored, offset=1e6, cap=None, fixed_n=None)
         policy._fixed_n = None
-        return policy
+        return _repeats_unreachable(policy)
 
     return make
 
@@ -142,7 +152,7 @@ def _multiplier_unreachable():
         policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=10_000, cold_start=1)
         assert policy.multimodal
         policy._multiplier.__class__ = GoOn
-        return policy
+        return _repeats_unreachable(policy)
 
     return make
 
