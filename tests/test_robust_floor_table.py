@@ -169,8 +169,10 @@ def test_on_a_judge_like_deployment_it_delivers_with_fewer_draws_than_the_plain_
     monkeypatch,
 ):
     """Replayed side by side (40 prompts x 3 orderings, 480 draws, target 0.9), the censored
-    table delivered 0.893 with 107 draws per request where the plain table delivered 0.807 with
-    188, 28% of its requests running to the budget."""
+    table delivers 0.893 with 107 draws per request where the plain table delivers 0.802 with
+    114. (Until the target-aware repeats rule of 2026-12-01 the plain table drew 188, 28% of its
+    requests running to the budget; that rule now ends 37 of its 120, so the draws the censored
+    reading saves are fewer and what it buys is the target.)"""
     rewards = judge_like(40, 480, seed=0)
     batch = deployment_batch(rewards, orderings=3, seed=0, alpha=0.99)
 
@@ -189,5 +191,5 @@ def test_on_a_judge_like_deployment_it_delivers_with_fewer_draws_than_the_plain_
     monkeypatch.setattr(shape_prior, "FLOOR_SHARE_MIN", 2.0)  # never censored
     plain = replayed()
     assert abs(censored[0] - 0.9) <= 0.04
-    assert censored[1] < 0.8 * plain[1]
-    assert abs(censored[0] - 0.9) < abs(plain[0] - 0.9)
+    assert plain[0] < 0.9 - 0.07  # the plain table's shape misses the target here
+    assert censored[1] < plain[1]  # and the censored reading gets there with fewer draws

@@ -68,7 +68,7 @@ do; not among ``mixed``'s choices:
   process do (a generator at low temperature, a short factual answer): response i is a new one
   with chance theta / (theta + i), else a copy of an earlier one drawn at random, and each new
   response's ``z`` is a fresh standard normal. theta is the prompt's own, log-uniform in
-  [0.5, 300]: from 2-5 distinct responses in 960 to about 600. The repeated rewards sit at
+  [0.5, 300]: from 2-5 distinct responses in 960 to about 430. The repeated rewards sit at
   arbitrary values, not on a lattice (docs/robust-stopping.md, "Responses that repeat
   verbatim").
 
