@@ -29,9 +29,10 @@ class TailPolicy(StoppingPolicy):
     # Shrink the request's tail shape by the precision of its estimate (gpd_tail.shape_weight)
     # rather than by its exceedance count; cost mode only, where it was measured.
     precision_weighted = False
-    # Stop once rewards repeat so much that no unseen value can hold the benchmark
-    # (tracker.SeenValues). Target mode only: in cost mode a value above the best with a
-    # chance under 1 - alpha can still pay for a sample at small cost (measured worse).
+    # Stop once rewards repeat so much that no unseen value can hold the benchmark, or that
+    # kappa <= best is as likely as the target (tracker.SeenValues, _repeats_target). Target
+    # mode only: in cost mode a value above the best with a chance under 1 - alpha can still
+    # pay for a sample at small cost (measured worse).
     stops_on_repeats = True
     # Read two values each seen three times as two rounding cells (gpd_tail.fit_cell). Cost mode
     # only: there a two-level prompt had no tail to fit and drew to the budget; target mode stops
