@@ -12,7 +12,8 @@ from stoppers.faircap import acceptance_rate
 from stoppers.robust.shape_prior import streams_best_of_n
 from stoppers.robust.stream_bootstrap import (
     BOOTSTRAP_MIN_STREAMS,
-    _pseudo_prompt,
+    _distribution,
+    _kernels,
     best_of_n_acceptance,
     bootstrap_n,
     loo_bandwidth,
@@ -165,7 +166,7 @@ def test_the_gate_reads_widths_only_and_the_prompts_match_each_stream_read_alone
     assert "prompts" not in vars(read)  # cached_property: not computed by the gate
     assert len(read.prompts) == len(normal)
     for stream, (log_f, ar) in zip(normal, read.prompts, strict=True):
-        grid, cdf, kappa, _ = _pseudo_prompt(stream, None, None, ALPHA)
+        grid, cdf, kappa = _distribution(_kernels(stream, None, None), None, None, ALPHA)
         with np.errstate(divide="ignore"):
             assert np.array_equal(log_f, np.log(cdf))
         assert np.array_equal(ar, acceptance_rate(grid, kappa))
@@ -220,5 +221,5 @@ def test_values_at_a_far_ceiling_keep_their_atom(clipped: int) -> None:
     assert ar[-1] == pytest.approx(1.0)
     assert (ar[-1] > ar[-2]) if clipped == 3 else (ar[-2] > 0.5)
     # ... at the ceiling itself, not at a point of the gap below its atom
-    grid, _, kappa, _ = _pseudo_prompt(stream, None, ceiling, ALPHA)
+    grid, _, kappa = _distribution(_kernels(stream, None, ceiling), None, ceiling, ALPHA)
     assert (kappa == ceiling) if clipped == 3 else (kappa < grid[-2])

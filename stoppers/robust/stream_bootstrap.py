@@ -156,16 +156,6 @@ def _distribution(
     return grid, cdf, kappa
 
 
-def _pseudo_prompt(
-    stream: np.ndarray, floor: float | None, ceiling: float | None, alpha: float
-) -> tuple[np.ndarray, np.ndarray, float, float] | None:
-    """(grid, F on it, kappa, kernel width / Silverman's) of ``stream`` read as a smoothed
-    bootstrap; None: no spread, or F never reaches alpha."""
-    k = _kernels(stream, floor, ceiling)
-    read = None if k is None else _distribution(k, floor, ceiling, alpha)
-    return None if read is None else (*read, k.width / k.silverman)
-
-
 @dataclass(frozen=True)
 class StreamPrompts:
     """The kept streams read as pseudo-prompts: the geometric mean over streams of the kernel

@@ -264,8 +264,7 @@ class BestTies:
         repeats_target: float | None = None,
     ) -> None:
         # target mode's benchmark level and target: also stop once every value repeats
-        seen = None if repeats_alpha is None else SeenValues(repeats_alpha, repeats_target)
-        self.seen = seen
+        self.seen = None if repeats_alpha is None else SeenValues(repeats_alpha, repeats_target)
         self.levels = Levels()
         self.top = -math.inf
         self.count = 0
@@ -331,8 +330,7 @@ class TailTracker:
         self.exact_until = exact_until
         self.sorted: list[float] = []
         # the SeenValues rule at this benchmark level and target (None: off)
-        seen = None if repeats_alpha is None else SeenValues(repeats_alpha, repeats_target)
-        self.seen = seen
+        self.seen = None if repeats_alpha is None else SeenValues(repeats_alpha, repeats_target)
         self.fit: TailFit | None = None
         self.step: float | None = None  # the lattice's cell at the last fit (None: continuous)
         self.refits = 0
