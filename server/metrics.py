@@ -99,6 +99,12 @@ class GatewayMetrics:
             ["outcome"],
             registry=registry,
         )
+        self.repeated_candidates = Counter(
+            "pandora_repeated_candidates_total",
+            "Scored candidates whose reply repeated one already scored in the same request "
+            "(its score reused, no reward call)",
+            registry=registry,
+        )
         self.samples_saved = Counter(
             "pandora_samples_saved_total",
             "Generations saved against the fixed baseline N (baseline_n - candidates used)",

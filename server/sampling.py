@@ -173,6 +173,12 @@ class _Run:
         self.in_flight: dict[asyncio.Task[Candidate], _Flight] = {}
         self.scored: list[Candidate] = []
         self.rewards: list[float] = []
+        # Replies this request has scored, by the text the reward model judges. A reply the
+        # generator repeats takes its earlier score without a reward call: identical replies then
+        # tie exactly, which the stoppers read as a repeated response (stoppers.robust.tracker.
+        # SeenValues), where a batched reward model on a GPU may score two copies a few ulps
+        # apart depending on what else was in their batches.
+        self.score_of: dict[str, float] = {}
         self.launched = 0
         self.failed = 0
         self.cancelled = 0
@@ -239,18 +245,28 @@ class _Run:
         return finished
 
     async def _observe(self, finished: list[Candidate]) -> None:
-        try:
-            rewards = await self.sampler.score(self.messages, finished)
-        except RewardUnavailableError:
-            if not self.sampler.reward_fallback:
-                raise
-            if not self.scored:
-                self.scored.append(finished[0])
-                self.sampler.metrics.candidate("scored")
-            self.fallback_used = True
-            self.stop_reason = "reward_unavailable"
-            return
-        for candidate, reward in zip(finished, rewards, strict=True):
+        texts = [candidate.scoring_text() for candidate in finished]
+        new: dict[str, Candidate] = {}  # the first candidate of each reply not yet scored
+        for candidate, text in zip(finished, texts, strict=True):
+            if text not in self.score_of:
+                new.setdefault(text, candidate)
+        if new:
+            try:
+                rewards = await self.sampler.score(self.messages, list(new.values()))
+            except RewardUnavailableError:
+                if not self.sampler.reward_fallback:
+                    raise
+                if not self.scored:
+                    self.scored.append(finished[0])
+                    self.sampler.metrics.candidate("scored")
+                self.fallback_used = True
+                self.stop_reason = "reward_unavailable"
+                return
+            self.score_of.update(zip(new, rewards, strict=True))
+        if len(new) < len(finished):
+            self.sampler.metrics.repeated_candidates.inc(len(finished) - len(new))
+        for candidate, text in zip(finished, texts, strict=True):
+            reward = self.score_of[text]
             self.scored.append(candidate)
             self.rewards.append(reward)
             self.sampler.metrics.candidate("scored")

@@ -150,6 +150,34 @@ def test_duplicates_are_not_returned_twice(gateway_factory, fake_upstream):
     assert [c.message.content for c in completion.choices] == ["answer 0.5 same", "answer 0.1 x"]
 
 
+def test_a_repeated_reply_takes_its_earlier_score_without_a_reward_call(
+    gateway_factory, fake_upstream, fake_reward: FakeReward
+):
+    """A generator that repeats itself (three distinct replies in eight candidates, the copies
+    arriving in the same batch as their first and in later ones): the reward model scores each
+    distinct reply once, the policy still sees eight rewards in launch order, identical replies
+    tie exactly, and the copies are counted."""
+    replies = ["answer 0.2 a", "answer 0.7 b", "answer 0.2 a", "answer 0.4 c"]
+    fake_upstream.content = lambda body, index: replies[body["seed"] % 4]
+    seen: list[float] = []
+
+    def recording(plan):
+        policy = StopAbove(99.0, max_samples=plan.max_samples)
+        observe = policy.observe
+        policy.observe = lambda reward: seen.append(reward) or observe(reward)
+        return policy
+
+    server = gateway_factory(policy_factory=recording, max_samples=8, parallelism=4)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=MESSAGES, seed=0)
+    assert raw.parse().choices[0].message.content == "answer 0.7 b"
+    assert raw.parse().model_extra["pandora"]["samples"] == 8
+    assert sorted(text for batch in fake_reward.calls for text in batch) == sorted(set(replies))
+    assert sorted(seen) == [0.2] * 4 + [0.4] * 2 + [0.7] * 2
+    assert server.metric("pandora_repeated_candidates_total") == 5
+    assert server.metric("pandora_candidates_total", outcome="scored") == 8
+
+
 def test_policy_stop_cancels_the_rest_and_reports_it(gateway_factory, fake_upstream):
     # candidate 0 is fast and good enough; the others are slow and get cancelled.
     fake_upstream.token_delay_rule = lambda index, body: 0.0 if body["seed"] == 0 else 0.5

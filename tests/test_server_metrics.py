@@ -37,6 +37,8 @@ TASK_NAMES = {
     "pandora_task_generations_total": "counter",
     "pandora_task_samples_saved_total": "counter",
 }
+# Added with the per-request reuse of a repeated reply's score (server.sampling, 2026-12-01).
+REPEAT_NAMES = {"pandora_repeated_candidates_total": "counter"}
 
 
 def families(text: str) -> dict[str, object]:
@@ -55,10 +57,10 @@ def test_every_issue_6_metric_exists_with_its_type():
     from prometheus_client import generate_latest
 
     found = families(generate_latest(registry).decode())
-    for name, kind in {**ISSUE_6_NAMES, **TASK_NAMES}.items():
+    for name, kind in {**ISSUE_6_NAMES, **TASK_NAMES, **REPEAT_NAMES}.items():
         assert name in found, name
         assert found[name].type == kind, name
-    assert set(found) == set(ISSUE_6_NAMES) | set(TASK_NAMES)
+    assert set(found) == set(ISSUE_6_NAMES) | set(TASK_NAMES) | set(REPEAT_NAMES)
 
 
 def test_known_label_values_exist_at_zero_and_samples_buckets_span_max():
