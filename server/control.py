@@ -15,7 +15,7 @@ from typing import Any
 from server.config import MODES, TASK_PATTERN, TASK_RULE, Settings
 from server.errors import InvalidRequestError
 
-__all__ = ["MAX_PARALLELISM", "SamplingPlan", "resolve_plan"]
+__all__ = ["MAX_PARALLELISM", "SamplingPlan", "is_greedy", "resolve_plan"]
 
 MAX_PARALLELISM = 64
 MAX_HEADER_VALUE = 64
@@ -44,6 +44,18 @@ class SamplingPlan:
     target: float | None  # target mode
     n: int = 1  # distinct best candidates to return
     task: str | None = None  # keys the learned deployment prior with the model (server.priors)
+    greedy: bool = False  # greedy decoding: one candidate (is_greedy)
+
+
+def is_greedy(body: Mapping[str, Any]) -> bool:
+    """Does the chat body ask for greedy decoding (``temperature`` 0)? Every candidate is then
+    the same reply, up to the upstream's batch numerics, so a Best-of-N over them buys nothing."""
+    temperature = body.get("temperature")
+    return (
+        isinstance(temperature, int | float)
+        and not isinstance(temperature, bool)
+        and temperature == 0
+    )
 
 
 def _raw_values(headers: Mapping[str, str], body: Any) -> dict[str, tuple[Any, str]]:
@@ -104,9 +116,13 @@ def _task(value: Any, param: str) -> str:
 
 
 def resolve_plan(
-    headers: Mapping[str, str], body: Any, settings: Settings, *, n: int = 1
+    headers: Mapping[str, str], body: Any, settings: Settings, *, n: int = 1, greedy: bool = False
 ) -> SamplingPlan:
-    """Combine server defaults, the body's ``pandora`` object and the headers into a plan."""
+    """Combine server defaults, the body's ``pandora`` object and the headers into a plan.
+
+    ``greedy`` (the chat body's :func:`is_greedy`): adaptive and target requests for one choice
+    draw one candidate, unless the client set max-samples or min-samples; fixed mode, the A/B
+    baseline, keeps its N."""
     raw = _raw_values(headers, body)
     cost = target = None
     if "cost" in raw:
@@ -152,6 +168,15 @@ def resolve_plan(
         min_samples = min(settings.min_samples, max_samples)
     else:
         min_samples = None
+    greedy = (
+        greedy
+        and mode in ("adaptive", "target")
+        and n == 1
+        and "max_samples" not in raw
+        and "min_samples" not in raw
+    )
+    if greedy:
+        max_samples, min_samples = 1, None
     parallelism = (
         _integer(*raw["parallelism"], 1, MAX_PARALLELISM)
         if "parallelism" in raw
@@ -175,4 +200,5 @@ def resolve_plan(
         target=target,
         n=n,
         task=task,
+        greedy=greedy,
     )

@@ -35,6 +35,7 @@ STOP_REASONS = (
     "target",  # target-acceptance rule (paper Sec. 4.3)
     "fixed",  # fixed Best-of-N finished its N
     "budget",  # max-samples reached
+    "greedy",  # temperature 0: every candidate would be the same reply, one was drawn
     "min_samples",
     "timeout",  # request deadline hit; best so far returned
     "reward_unavailable",  # reward backend down; first candidate returned (fallback)

@@ -40,8 +40,9 @@ from server.upstream import UpstreamClient, UpstreamFailure
 __all__ = ["Sampler", "SamplingOutcome"]
 
 log = logging.getLogger(__name__)
-# Stop reasons after which a request's rewards are not what its policy would have seen.
-_NOT_LEARNED = frozenset({"timeout", "reward_unavailable"})
+# Stop reasons after which a request's rewards are not what its policy would have seen (or, for
+# greedy decoding's one candidate, say nothing of the shape of its prompt's rewards).
+_NOT_LEARNED = frozenset({"timeout", "reward_unavailable", "greedy"})
 # Clients learn that scoring failed and why, never where the reward backend lives.
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
@@ -310,6 +311,8 @@ class _Run:
             reason = self.stop_reason
         else:
             reason = "exhausted" if self.failed else "budget"
+        if reason == "budget" and self.plan.greedy:
+            reason = "greedy"  # the one candidate greedy decoding needs (control.is_greedy)
         prompt = next((c.prompt_tokens for c in self.scored if c.prompt_tokens), 0)
         return SamplingOutcome(
             scored=self.scored,

@@ -71,3 +71,52 @@ def test_parallel_sampling_saves_against_the_baseline(gateway_factory):
     used = pandora["samples"] + pandora["cancelled"]
     assert used <= 16
     assert server.metric("pandora_samples_saved_total") == 16 - used
+
+
+@pytest.mark.parametrize(
+    ("headers", "samples", "reason"),
+    [
+        ({}, 1, "greedy"),  # the server's default mode (adaptive)
+        ({"X-Pandora-Target-Acceptance": "0.9"}, 1, "greedy"),
+        ({"X-Pandora-Cost": "0.001", "X-Pandora-Max-Samples": "6"}, None, None),  # the client's
+        ({"X-Pandora-Cost": "0.001", "X-Pandora-Min-Samples": "6"}, None, None),
+        ({"X-Pandora-Mode": "fixed", "X-Pandora-Max-Samples": "5"}, 5, "budget"),  # A/B baseline
+    ],
+)
+def test_greedy_decoding_draws_one_candidate(
+    gateway_factory, fake_upstream, headers, samples, reason
+):
+    """temperature 0 makes every candidate the same reply: adaptive and target requests draw one
+    (stop reason "greedy", nothing taught to the deployment prior), unless the client set the
+    sample budget; fixed mode keeps its N."""
+    server = gateway_factory(max_samples=24, parallelism=4, default_cost=0.001)
+    body = {**BODY, "temperature": 0}
+    response = post(server, headers, body)
+    pandora = response.json()["pandora"]
+    offered = sum(  # finished requests offered to the deployment prior
+        server.metric("pandora_prior_updates_total", mode=mode, result=result)
+        for mode in ("adaptive", "target")
+        for result in ("learned", "skipped")
+    )
+    if samples is None:
+        assert pandora["samples"] > 1 and pandora["stop_reason"] != "greedy"
+        assert offered == 1
+        return
+    assert pandora["samples"] == samples and pandora["stop_reason"] == reason
+    assert response.headers["X-Pandora-Stop-Reason"] == reason
+    assert fake_upstream.request_count == samples
+    assert fake_upstream.requests[0]["temperature"] == 0  # forwarded as the client sent it
+    if reason == "greedy":
+        assert server.metric("pandora_stop_reason_total", reason="greedy") == 1
+        assert offered == 0
+
+
+def test_greedy_is_only_temperature_zero(gateway_factory, fake_upstream):
+    """A sampled temperature, none at all, n > 1, or a temperature that is not a number keep the
+    usual budget."""
+    server = gateway_factory(max_samples=8, parallelism=4, default_cost=0.001)
+    for extra in ({"temperature": 0.7}, {}, {"temperature": 0, "n": 2}, {"temperature": "0"}):
+        response = httpx.post(server.url + URL, json={**BODY, **extra}, timeout=30)
+        if response.status_code != 200:  # a string temperature is the upstream's to reject
+            continue
+        assert response.json()["pandora"]["samples"] > 1, extra

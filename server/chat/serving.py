@@ -34,7 +34,7 @@ from server.chat.protocol import (
     completion_chunks,
 )
 from server.config import Settings
-from server.control import SamplingPlan, resolve_plan
+from server.control import SamplingPlan, is_greedy, resolve_plan
 from server.errors import (
     GatewayError,
     InvalidRequestError,
@@ -189,11 +189,12 @@ async def handle_chat(state: GatewayState, scope: Scope, receive: Receive) -> Re
         data = _parse_json(raw_bytes)
         chat = _validate(data)
         control = data.get("pandora")
+        greedy = is_greedy(data)
         if pandora_headers or control is not None:
             headers_map = Headers(scope=scope) if pandora_headers else NO_HEADERS
-            plan = resolve_plan(headers_map, control, state.settings, n=chat.n)
+            plan = resolve_plan(headers_map, control, state.settings, n=chat.n, greedy=greedy)
         else:
-            plan = _default_plan(app_state, state.settings, chat.n)
+            plan = _default_plan(app_state, state.settings, chat.n, greedy)
         record.mode = plan.mode
         headers["X-Pandora-Mode"] = plan.mode
         if plan.mode == "off":
@@ -222,17 +223,18 @@ async def handle_chat(state: GatewayState, scope: Scope, receive: Receive) -> Re
         raise
 
 
-def _default_plan(app_state: Any, settings: Settings, n: int) -> SamplingPlan:
+def _default_plan(app_state: Any, settings: Settings, n: int, greedy: bool) -> SamplingPlan:
     """The plan of a request with no ``X-Pandora-*`` header and no ``pandora`` object: it
-    depends only on the app's settings and ``n``, so it is resolved once per app and ``n``."""
-    plans: dict[int, SamplingPlan] | None = getattr(app_state, "default_plans", None)
+    depends only on the app's settings, ``n`` and greedy decoding, so it is resolved once per
+    app and (n, greedy)."""
+    plans: dict[tuple[int, bool], SamplingPlan] | None = getattr(app_state, "default_plans", None)
     if plans is None:
         plans = app_state.default_plans = {}
-    plan = plans.get(n)
+    plan = plans.get((n, greedy))
     if plan is None:
-        plan = resolve_plan(NO_HEADERS, None, settings, n=n)
+        plan = resolve_plan(NO_HEADERS, None, settings, n=n, greedy=greedy)
         if len(plans) < 64:
-            plans[n] = plan
+            plans[n, greedy] = plan
     return plan
 
 
