@@ -40,9 +40,8 @@ from server.upstream import UpstreamClient, UpstreamFailure
 __all__ = ["Sampler", "SamplingOutcome"]
 
 log = logging.getLogger(__name__)
-# Stop reasons after which a request's rewards are not what its policy would have seen (or, for
-# greedy decoding's one candidate, say nothing of the shape of its prompt's rewards).
-_NOT_LEARNED = frozenset({"timeout", "reward_unavailable", "greedy"})
+# Stop reasons after which a request's rewards are not what its policy would have seen.
+_NOT_LEARNED = frozenset({"timeout", "reward_unavailable"})
 # Clients learn that scoring failed and why, never where the reward backend lives.
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
@@ -111,7 +110,13 @@ class Sampler:
         finally:
             await run.cancel_in_flight()
         outcome = run.outcome()  # raises when every candidate failed
-        if run.prior is not None and outcome.stop_reason not in _NOT_LEARNED and outcome.rewards:
+        learns = (
+            run.prior is not None
+            and not plan.greedy  # greedy decoding's one reward says nothing of a shape
+            and outcome.stop_reason not in _NOT_LEARNED
+            and outcome.rewards
+        )
+        if learns:
             assert self.priors is not None and run.prior_mode is not None
             self.priors.learn(run.prior_mode, run.prior, outcome.rewards)
         return outcome
