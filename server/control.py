@@ -48,14 +48,14 @@ class SamplingPlan:
 
 
 def is_greedy(body: Mapping[str, Any]) -> bool:
-    """Does the chat body ask for greedy decoding (``temperature`` 0)? Every candidate is then
-    the same reply, up to the upstream's batch numerics, so a Best-of-N over them buys nothing."""
-    temperature = body.get("temperature")
-    return (
-        isinstance(temperature, int | float)
-        and not isinstance(temperature, bool)
-        and temperature == 0
-    )
+    """Does the chat body ask for greedy decoding (``temperature`` 0, or vLLM's and TGI's
+    ``top_k`` 1)? Every candidate is then the same reply, up to the upstream's batch numerics, so
+    a Best-of-N over them buys nothing."""
+    return _number_is(body.get("temperature"), 0) or _number_is(body.get("top_k"), 1)
+
+
+def _number_is(value: Any, number: int) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == number
 
 
 def _raw_values(headers: Mapping[str, str], body: Any) -> dict[str, tuple[Any, str]]:

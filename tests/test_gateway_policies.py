@@ -111,11 +111,20 @@ def test_greedy_decoding_draws_one_candidate(
         assert offered == 0
 
 
-def test_greedy_is_only_temperature_zero(gateway_factory, fake_upstream):
-    """A sampled temperature, none at all, n > 1, or a temperature that is not a number keep the
-    usual budget."""
+def test_greedy_is_temperature_zero_or_top_k_one(gateway_factory, fake_upstream):
+    """top_k 1 (vLLM, TGI) is greedy too; a sampled temperature, none at all, n > 1, or a value
+    that is not a number keep the usual budget."""
     server = gateway_factory(max_samples=8, parallelism=4, default_cost=0.001)
-    for extra in ({"temperature": 0.7}, {}, {"temperature": 0, "n": 2}, {"temperature": "0"}):
+    response = httpx.post(server.url + URL, json={**BODY, "top_k": 1}, timeout=30)
+    assert response.json()["pandora"]["stop_reason"] == "greedy"
+    for extra in (
+        {"temperature": 0.7},
+        {},
+        {"temperature": 0, "n": 2},
+        {"temperature": "0"},
+        {"top_k": 5},
+        {"top_k": True},
+    ):
         response = httpx.post(server.url + URL, json={**BODY, **extra}, timeout=30)
         if response.status_code != 200:  # a string temperature is the upstream's to reject
             continue
