@@ -335,21 +335,25 @@ class _Run:
         )
 
     def _rank(self) -> list[int]:
-        """Positions of the n best distinct candidates, best first (ties: earliest first)."""
+        """Positions of the n best distinct candidates, best first (ties: earliest first); where
+        fewer than n replies are distinct, the best repeats fill the rest, as n choices are what
+        an OpenAI client is owed (greedy decoding with n > 1 returns n copies there too)."""
         if not self.rewards:
             return [0]
         order = sorted(range(len(self.scored)), key=lambda i: (-self.rewards[i], i))
         chosen: list[int] = []
+        repeats: list[int] = []
         seen: set[str] = set()
         for i in order:
             text = self.scored[i].scoring_text()
             if text in seen:
+                repeats.append(i)
                 continue
             seen.add(text)
             chosen.append(i)
             if len(chosen) == self.plan.n:
-                break
-        return chosen
+                return chosen
+        return chosen + repeats[: self.plan.n - len(chosen)]
 
 
 def _finite_or_none(value: float | None) -> float | None:

@@ -142,12 +142,21 @@ def test_n_returns_the_n_best_distinct_candidates_best_first(client):
     assert [c.index for c in completion.choices] == [0, 1, 2]
 
 
-def test_duplicates_are_not_returned_twice(gateway_factory, fake_upstream):
+def test_distinct_replies_come_first_and_repeats_only_fill_up_to_n(gateway_factory, fake_upstream):
+    """Two distinct replies among four candidates: n = 2 returns both, n = 3 adds the best
+    repeat (an OpenAI client is owed n choices), never one that was not scored."""
     fake_upstream.content = lambda body, index: "answer 0.5 same" if index % 2 else "answer 0.1 x"
     server = gateway_factory(policy_factory=never_stop, max_samples=4)
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
-    completion = client.chat.completions.create(model="m", messages=MESSAGES, n=3)
+    completion = client.chat.completions.create(model="m", messages=MESSAGES, n=2)
     assert [c.message.content for c in completion.choices] == ["answer 0.5 same", "answer 0.1 x"]
+    completion = client.chat.completions.create(model="m", messages=MESSAGES, n=3)
+    assert [c.message.content for c in completion.choices] == [
+        "answer 0.5 same",
+        "answer 0.1 x",
+        "answer 0.5 same",
+    ]
+    assert [c.index for c in completion.choices] == [0, 1, 2]
 
 
 def test_a_repeated_reply_takes_its_earlier_score_without_a_reward_call(
