@@ -42,7 +42,7 @@ class SamplingPlan:
     parallelism: int
     cost: float | None  # adaptive mode
     target: float | None  # target mode
-    n: int = 1  # distinct best candidates to return
+    n: int = 1  # best candidates to return (distinct ones first: sampling._Run._rank)
     task: str | None = None  # keys the learned deployment prior with the model (server.priors)
     greedy: bool = False  # greedy decoding: one candidate (is_greedy)
 

@@ -114,7 +114,7 @@ class Sampler:
             run.prior is not None
             and not plan.greedy  # greedy decoding's one reward says nothing of a shape
             and outcome.stop_reason not in _NOT_LEARNED
-            and outcome.rewards
+            and bool(outcome.rewards)
         )
         if learns:
             assert self.priors is not None and run.prior_mode is not None
