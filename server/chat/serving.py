@@ -318,9 +318,7 @@ def _record_outcome(state: GatewayState, plan: SamplingPlan, outcome: SamplingOu
     metrics = state.metrics
     used = len(outcome.scored) + outcome.cancelled
     metrics.samples_per_request.labels(mode=plan.mode).observe(len(outcome.scored))
-    # greedy decoding's one candidate is no Best-of-N: it saves nothing against one
-    baseline = 1 if plan.greedy else state.settings.effective_baseline_n
-    saved = max(0, baseline - used)
+    saved = max(0, state.settings.effective_baseline_n - used)
     metrics.samples_saved.inc(saved)
     metrics.task_outcome(plan.task, plan.mode, generations=used, saved=saved)
     metrics.add_tokens(outcome.prompt_tokens, outcome.completion_tokens)
