@@ -109,6 +109,8 @@ def test_greedy_decoding_draws_one_candidate(
     if reason == "greedy":
         assert server.metric("pandora_stop_reason_total", reason="greedy") == 1
         assert offered == 0
+        # the copies a Best-of-N proxy would have drawn count as saved, as for any request
+        assert server.metric("pandora_samples_saved_total") == 24 - 1
 
 
 def test_greedy_is_temperature_zero_or_top_k_one(gateway_factory, fake_upstream):
