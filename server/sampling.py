@@ -121,13 +121,12 @@ class Sampler:
             self.priors.learn(run.prior_mode, run.prior, outcome.rewards)
         return outcome
 
-    async def score(
-        self, messages: Sequence[Mapping[str, Any]], candidates: list[Candidate]
-    ) -> list[float]:
+    async def score(self, messages: Sequence[Mapping[str, Any]], replies: list[str]) -> list[float]:
+        """One reward call for ``replies`` (candidates' ``scoring_text``), checked."""
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.reward_timeout):
-                rewards = await self.reward.score(messages, [c.scoring_text() for c in candidates])
+                rewards = await self.reward.score(messages, replies)
         except RewardError as exc:
             log.warning("reward backend failed: %s", exc)  # the full detail, for operators
             message = _URL.sub("<reward backend>", str(exc))
@@ -138,9 +137,9 @@ class Sampler:
             ) from None
         finally:
             self.metrics.reward_duration.observe(time.perf_counter() - started)
-        if len(rewards) != len(candidates):
+        if len(rewards) != len(replies):
             raise RewardUnavailableError(
-                f"reward backend returned {len(rewards)} scores for {len(candidates)} responses"
+                f"reward backend returned {len(rewards)} scores for {len(replies)} responses"
             )
         values = [float(r) for r in rewards]
         if not all(math.isfinite(r) for r in values):
@@ -252,13 +251,10 @@ class _Run:
 
     async def _observe(self, finished: list[Candidate]) -> None:
         texts = [candidate.scoring_text() for candidate in finished]
-        new: dict[str, Candidate] = {}  # the first candidate of each reply not yet scored
-        for candidate, text in zip(finished, texts, strict=True):
-            if text not in self.score_of:
-                new.setdefault(text, candidate)
+        new = [text for text in dict.fromkeys(texts) if text not in self.score_of]
         if new:
             try:
-                rewards = await self.sampler.score(self.messages, list(new.values()))
+                rewards = await self.sampler.score(self.messages, new)
             except RewardUnavailableError:
                 if not self.sampler.reward_fallback:
                     raise
