@@ -95,6 +95,16 @@ def test_repeats_family_repeats_responses_as_often_as_each_prompt_draws() -> Non
     assert np.unique(np.round(np.diff(row) / np.diff(row).min(), 6)).size > 100  # no lattice
 
 
+def test_low_temperature_family_repeats_a_few_replies() -> None:
+    """The same process at a low concentration: most prompts hold a handful of distinct
+    rewards in 960, many a single one."""
+    out = generate(SynthSpec(family="low-temperature", prompts=200, samples=960, seed=0))
+    distinct = np.array([np.unique(row).size for row in out["rewards"]])
+    assert np.median(distinct) <= 4 and np.mean(distinct == 1) > 0.2 and distinct.max() <= 40
+    top_share = [np.unique(row, return_counts=True)[1].max() / row.size for row in out["rewards"]]
+    assert np.median(top_share) > 0.6  # one reply holds most of a prompt's draws
+
+
 def test_rounded_family_is_a_lattice_without_a_clip() -> None:
     spec = SynthSpec(family="rounded", prompts=60, samples=400, seed=0, resolution=1.0)
     r = generate(spec)["rewards"]

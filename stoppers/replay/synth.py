@@ -71,6 +71,10 @@ do; not among ``mixed``'s choices:
   [0.5, 300]: from 2-5 distinct responses in 960 to about 430. The repeated rewards sit at
   arbitrary values, not on a lattice (docs/robust-stopping.md, "Responses that repeat
   verbatim").
+* ``low-temperature`` — ``repeats`` at a concentration log-uniform in [0.02, 3]: most prompts
+  repeat one to a dozen replies, a third of them one reply in 960 draws. Built on 2026-12-01 with
+  the learned pile (``stoppers.robust.pile``) and measured on while it was designed, so not
+  held out (docs/robust-stopping.md, "A deployment learns its piles").
 
 Output precision (2026-11-30): ``precision="bfloat16"`` (or ``"float16"``, ``"float32"``)
 rounds every reward to that format, as a reward model run in half precision on a GPU returns
@@ -124,7 +128,7 @@ HELD_OUT_2 = (
     "rare-mode",
 )
 HELD_OUT_3 = ("floored", "judge")
-HELD_OUT_4 = ("repeats",)
+HELD_OUT_4 = ("repeats", "low-temperature")
 PRECISIONS = ("float64", "float32", "bfloat16", "float16")
 _CONTINUOUS_FAMILIES = tuple(f for f in _BASE_FAMILIES if f != "clipped")
 FAMILIES = (
@@ -143,7 +147,8 @@ _T_DF = 3.0
 _LOGNORMAL_SIGMA = 0.5
 _GAMMA_K = 2.0
 _PARETO_XI = 0.3
-_REPEATS_THETA = (0.5, 300.0)  # the range of a prompt's concentration, drawn log-uniform
+# the range of a prompt's concentration, drawn log-uniform
+_REPEATS_THETA = {"repeats": (0.5, 300.0), "low-temperature": (0.02, 3.0)}
 
 
 @dataclass(frozen=True)
@@ -276,8 +281,8 @@ def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         return rng.logistic(0.0, 1.0, size) / (math.pi / math.sqrt(3.0))
     if family in HELD_OUT_2:
         return _held_out_draws(family, size, rng)
-    if family == "repeats":
-        return _repeated_draws(size, rng)
+    if family in _REPEATS_THETA:
+        return _repeated_draws(size, rng, _REPEATS_THETA[family])
     if family == "mixture":
         weight = rng.uniform(0.1, 0.4)
         good = rng.random(size) < weight
@@ -325,10 +330,12 @@ def _held_out_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
     raise ValueError(f"unknown family {family!r}")
 
 
-def _repeated_draws(size: int, rng: np.random.Generator) -> np.ndarray:
+def _repeated_draws(
+    size: int, rng: np.random.Generator, theta_range: tuple[float, float]
+) -> np.ndarray:
     """``size`` draws of a Chinese restaurant process with a standard normal base, at a
-    concentration log-uniform in :data:`_REPEATS_THETA`, in a random order."""
-    lo, hi = _REPEATS_THETA
+    concentration log-uniform in ``theta_range`` (:data:`_REPEATS_THETA`), in a random order."""
+    lo, hi = theta_range
     theta = math.exp(rng.uniform(math.log(lo), math.log(hi)))
     i = np.arange(size)
     fresh = rng.random(size) < theta / (theta + i)  # the first draw is always new

@@ -42,10 +42,12 @@ __all__ = [
     "RewardFloor",
     "ceiling_of",
     "clipped_floor_of",
+    "em_p_grid",
     "floor_acceptance_bound",
     "floor_gain_bound",
     "floor_of",
     "piles_up",
+    "uniform_on_grid",
 ]
 
 CEILING_REQUESTS = 3  # requests that must have reached an end before it counts as the bound
@@ -224,7 +226,7 @@ P_ROWS = 256  # (draws, draws above the floor) of the newest requests kept
 P_EM_STEPS = 25  # EM iterations per update, warm-started
 
 
-def _uniform_on_grid() -> np.ndarray:
+def uniform_on_grid() -> np.ndarray:
     """Beta(1, 1) on P_GRID: each point weighted by its share of [0, 1] (midpoint cells)."""
     edges = np.concatenate([[0.0], (P_GRID[1:] + P_GRID[:-1]) / 2.0, [1.0]])
     return np.diff(edges)
@@ -249,7 +251,7 @@ class RewardFloor(_ScaleEnd):
 
     value: float = math.inf
     counts: list[list[int]] = field(default_factory=list, repr=False)
-    g: list[float] = field(default_factory=lambda: _uniform_on_grid().tolist(), repr=False)
+    g: list[float] = field(default_factory=lambda: uniform_on_grid().tolist(), repr=False)
     lift_sum: float = 0.0
     lift_weight: float = 0.0
     SIGN: ClassVar[float] = -1.0
@@ -263,12 +265,12 @@ class RewardFloor(_ScaleEnd):
         before = self.value
         super().note(x, step)
         if self.value != before:  # a new bottom: what was learned about the old one is moot
-            self.counts, self.g = [], _uniform_on_grid().tolist()
+            self.counts, self.g = [], uniform_on_grid().tolist()
             self.lift_sum, self.lift_weight = 0.0, 0.0
         at_floor = int(np.count_nonzero(x == self.value))
         self.counts.append([int(x.size), int(x.size) - at_floor])
         del self.counts[:-P_ROWS]
-        self.g = _em_p(np.asarray(self.counts, dtype=np.float64), np.asarray(self.g)).tolist()
+        self.g = em_p_grid(np.asarray(self.counts, dtype=np.float64), np.asarray(self.g)).tolist()
         if at_floor and float(x.max()) > self.value:
             weight = at_floor / x.size
             self.lift_sum += weight * (1.0 - acceptance(self.value - float(x.max())))
@@ -319,7 +321,7 @@ class RewardFloor(_ScaleEnd):
             for c in counts
         ):
             raise ValueError(f"floor.counts must be at most {P_ROWS} [draws, above] pairs")
-        g = data.get("g", _uniform_on_grid().tolist())
+        g = data.get("g", uniform_on_grid().tolist())
         if not (isinstance(g, list) and len(g) == P_GRID.size) or not all(
             isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v < math.inf
             for v in g
@@ -332,9 +334,9 @@ class RewardFloor(_ScaleEnd):
         return floor
 
 
-def _em_p(counts: np.ndarray, g: np.ndarray) -> np.ndarray:
+def em_p_grid(counts: np.ndarray, g: np.ndarray) -> np.ndarray:
     """``P_EM_STEPS`` EM iterations of the grid NPMLE of the distribution of p (binomial rows:
-    draws n, above-floor a), regularised by the uniform base measure."""
+    draws n, of which a are the event of chance p), regularised by the uniform base measure."""
     n, a = counts[:, :1], counts[:, 1:]
     with np.errstate(divide="ignore", invalid="ignore"):
         log_lik = a * np.log(P_GRID) + (n - a) * np.log1p(-P_GRID)  # 0 * log 0 -> nan
@@ -342,7 +344,7 @@ def _em_p(counts: np.ndarray, g: np.ndarray) -> np.ndarray:
     log_lik = np.where((n == a) & (P_GRID == 1.0), 0.0, log_lik)
     likelihood = np.exp(log_lik - np.nanmax(log_lik, axis=1, keepdims=True))
     likelihood = np.nan_to_num(likelihood)
-    return npmle_em(likelihood, g, _uniform_on_grid(), P_BASE_WEIGHT, P_EM_STEPS)
+    return npmle_em(likelihood, g, uniform_on_grid(), P_BASE_WEIGHT, P_EM_STEPS)
 
 
 @dataclass(frozen=True)

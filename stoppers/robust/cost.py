@@ -33,6 +33,7 @@ from dataclasses import replace
 
 from stoppers.robust.ceiling import FloorBound, floor_gain_bound
 from stoppers.robust.gpd_tail import TailFit
+from stoppers.robust.pile import PileBound, PileRule
 from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.tracker import COST_ALL_TIED, cost_all_tied
@@ -67,6 +68,9 @@ class TailPandora(TailPolicy):
         bounded (:class:`~stoppers.robust.shape_cost.ShapePandora` sets it where a floor the
         rewards pile up at holds interiors with two clusters: the tail seen may end a losing
         cluster below a winning one not drawn yet).
+    pile: the deployment's learned :class:`~stoppers.robust.pile.PileBound`
+        (:func:`~stoppers.robust.pile.pile_of`) or None: stop at a repeated best once it bounds
+        one more draw's gain by the cost.
     """
 
     all_tied = COST_ALL_TIED
@@ -88,12 +92,14 @@ class TailPandora(TailPolicy):
         floor: FloorBound | None = None,
         tie_ceiling: bool = True,
         full_margins: bool = False,
+        pile: PileBound | None = None,
     ) -> None:
         cost = float(cost)
         if not (cost > 0.0 and math.isfinite(cost)):
             raise ValueError(f"cost must be finite and > 0, got {cost!r}")
         if kappa_z is None:
             kappa_z = default_kappa_z(cost)
+        self.cost = cost  # before the base builds the pile rule (_pile_rule)
         super().__init__(
             alpha=alpha,
             min_samples=min_samples,
@@ -103,11 +109,11 @@ class TailPandora(TailPolicy):
             floor=floor,
             tie_ceiling=tie_ceiling,
             full_margins=full_margins,
+            pile=pile,
         )
         for name, z in (("scale_z", scale_z), ("xi_z", xi_z)):
             if not (z >= 0.0 and math.isfinite(z)):
                 raise ValueError(f"{name} must be finite and >= 0, got {z!r}")
-        self.cost = cost
         self.all_tied = cost_all_tied(cost)  # a point mass: later the cheaper a draw is
         self.scale_z = float(scale_z)
         self.xi_z = float(xi_z)
@@ -200,6 +206,9 @@ class TailPandora(TailPolicy):
     def _floor_test(self, n: int) -> bool:
         assert self.floor is not None  # only called at the floor
         return floor_gain_bound(n, self.alpha, self.floor) <= self.cost
+
+    def _pile_rule(self, pile: PileBound) -> PileRule:
+        return PileRule(pile, self.alpha, cost=self.cost)
 
 
 def default_kappa_z(cost: float) -> float:

@@ -14,6 +14,7 @@ import math
 from stoppers.base import StoppingPolicy
 from stoppers.robust.ceiling import FloorBound
 from stoppers.robust.gpd_tail import TailFit, acceptance
+from stoppers.robust.pile import PileBound, PileRule
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.tracker import ALL_TIED, TailTracker
 from stoppers.robust.xi_prior import XiPrior
@@ -50,6 +51,7 @@ class TailPolicy(StoppingPolicy):
         floor: FloorBound | None = None,
         tie_ceiling: bool = True,
         full_margins: bool = False,
+        pile: PileBound | None = None,
     ) -> None:
         super().__init__(max_samples=max_samples)
         self.full_margins = bool(full_margins)
@@ -79,6 +81,13 @@ class TailPolicy(StoppingPolicy):
         )
         self._fit_seen: TailFit | None = None
         self._kappa_off = math.nan
+        if pile is not None and not isinstance(pile, PileBound):
+            raise ValueError(f"pile must be a PileBound or None, got {pile!r}")
+        self._pile = None if pile is None else self._pile_rule(pile)
+
+    def _pile_rule(self, pile: PileBound) -> PileRule:
+        """This mode's stop at a repeated best, on the deployment's learned pile."""
+        raise NotImplementedError
 
     def _repeats_target(self) -> float | None:
         """The acceptance :class:`~stoppers.robust.tracker.SeenValues` may stop at (target
@@ -108,8 +117,13 @@ class TailPolicy(StoppingPolicy):
         tracker = self._tracker
         refit = tracker.add(reward)
         fit = tracker.fit
+        pile = self._pile
+        if pile is not None:
+            pile.note(reward)
         if self._best == self._floor_value:  # every reward at the scale's bottom: no point mass
             return "floor" if self._n >= self.min_samples and self._floor_test(self._n) else None
+        if pile is not None and self._n >= self.min_samples and pile.stops():
+            return "tied"  # the deployment's repeated bests were its prompts' tops (pile)
         if tracker.tied_ceiling(self.min_samples, self.all_tied):
             return "tied"
         if fit is None:

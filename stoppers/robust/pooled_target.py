@@ -62,6 +62,7 @@ from stoppers.robust.floor_table import AbovePosterior, FloorTable
 from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.likelihood_cost import evaluation_due
 from stoppers.robust.multiplier_target import MultiplierTargetRule
+from stoppers.robust.pile import PileRule, pile_of
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.shape_prior import ShapePrior
 from stoppers.robust.stop_table import MAX_HORIZON, StopTable, scale_prior
@@ -118,6 +119,8 @@ class PooledTargetAcceptance(StoppingPolicy):
                 target, min_samples=self.min_samples, horizon=horizon, alpha=self.alpha
             )
         self._floor = floor_of(prior)
+        pile = pile_of(prior)
+        self._pile = None if pile is None else PileRule(pile, self.alpha, target=self.target)
         # a floor the deployment's rewards pile up at: the censored rule (module docstring)
         self._censored: FloorTable | None = None
         self._p_above: AbovePosterior | None = None  # its posterior of P(above the floor)
@@ -165,6 +168,7 @@ class PooledTargetAcceptance(StoppingPolicy):
                 min_samples=self.min_samples,
                 floor=self._floor,
                 prior=None if prior is None else prior.xi,
+                pile=pile,
             )
         self._mean = 0.0  # of the rewards above the floor on the censored rule
         self._m2 = 0.0
@@ -228,6 +232,9 @@ class PooledTargetAcceptance(StoppingPolicy):
         if self._multiplier is not None:
             self._seen.append(reward)
         self._ties.note(reward)
+        pile = self._pile
+        if pile is not None:
+            pile.note(reward)
         delta = reward - self._mean
         self._mean += delta / n
         self._m2 += delta * (reward - self._mean)
@@ -236,6 +243,8 @@ class PooledTargetAcceptance(StoppingPolicy):
         if self._floor is not None and self._best == self._floor.value:  # all at the bottom
             accepted = floor_acceptance_bound(n, self.alpha, self._floor)
             return "floor" if accepted >= self.target else None
+        if pile is not None and pile.stops():
+            return "tied"  # the deployment's repeated bests were its prompts' tops (pile)
         sd = math.sqrt(self._m2 / (n - 1)) if n > 1 and self._m2 > 0.0 else 0.0
         if self._ties.ceiling(self._mean, self._best, sd):
             return "tied"  # a pile-up at the best (a clip), or every value repeated (BestTies)
@@ -256,6 +265,9 @@ class PooledTargetAcceptance(StoppingPolicy):
         assert table is not None and posterior is not None
         n = self._n
         posterior.note(reward > table.floor)
+        pile = self._pile
+        if pile is not None:
+            pile.note(reward)
         if reward > table.floor:
             self._above += 1
             self._ties.note(reward)
@@ -267,6 +279,8 @@ class PooledTargetAcceptance(StoppingPolicy):
         if self._above == 0:  # all at the bottom
             accepted = floor_acceptance_bound(n, self.alpha, self._floor)
             return "floor" if accepted >= self.target else None
+        if pile is not None and pile.stops():
+            return "tied"  # the deployment's repeated bests were its prompts' tops (pile)
         above = self._above
         sd = math.sqrt(self._m2 / (above - 1)) if above > 1 and self._m2 > 0.0 else 0.0
         if self._ties.ceiling(self._mean, self._best, sd):

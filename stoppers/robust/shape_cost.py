@@ -82,6 +82,7 @@ from stoppers.robust.cost_prior import (
 from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.lattice_gain import lattice_posterior_gain
 from stoppers.robust.likelihood_cost import TIED_MAX, FittedShape, evaluation_due, sd_precision
+from stoppers.robust.pile import PileRule, pile_of
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.shape_prior import ShapePrior
@@ -253,6 +254,9 @@ class LearnedShapeCost(StoppingPolicy):
         self._ceiling = ceiling_of(prior)
         self._ties = BestTies(enabled=self._ceiling is None)  # a known top replaces the guess
         self._floor = floor_of(prior)
+        pile = pile_of(prior)
+        self._pile_bound = pile
+        self._pile = None if pile is None else PileRule(pile, self.alpha, cost=cost)
         self._full_margins = False  # the cold start's (TailPandora's full_margins)
         self._sum = 0.0
         self._sum_sq = 0.0
@@ -276,6 +280,7 @@ class LearnedShapeCost(StoppingPolicy):
             floor=self._floor,
             tie_ceiling=self._ceiling is None,
             full_margins=self._full_margins,
+            pile=self._pile_bound,
         )
 
     def _mean_var(self, n: int) -> tuple[float, float]:
@@ -297,11 +302,16 @@ class LearnedShapeCost(StoppingPolicy):
         self._sum += x
         self._sum_sq += x * x
         self._ties.note(reward)
+        pile = self._pile
+        if pile is not None:
+            pile.note(reward)
         if n < self.min_samples:
             return None
         floor = self._floor
         if floor is not None and self._best == floor.value:  # every reward at the bottom
             return "floor" if floor_gain_bound(n, self.alpha, floor) <= self.cost else None
+        if pile is not None and pile.stops():
+            return "tied"  # the deployment's repeated bests were its prompts' tops (pile)
         ties = self._ties
         sd = 0.0
         if ties.count >= TIES_AT_MAX:  # the pile-up test's spread, only where it can run

@@ -112,6 +112,7 @@ from stoppers.robust.likelihood_cost import (
     stream_step,
     stream_ties,
 )
+from stoppers.robust.pile import RewardPile
 from stoppers.robust.shape_deconvolve import deconvolve_shape, predictive_to_normal
 from stoppers.robust.shape_likelihood import _rebin, fit_shapes
 from stoppers.robust.stop_table import (
@@ -181,6 +182,9 @@ class ShapePrior:
     ``streams``: the kept streams (lists of floats, oldest first); persisted.
     ``ceiling`` / ``floor``: the top / bottom of the reward scale once requests keep reaching it
     exactly (:mod:`stoppers.robust.ceiling`; learned from every request offered, persisted).
+    ``pile``: how often a repeated first reward was passed (:mod:`stoppers.robust.pile`; learned
+    from every request of two rewards or more, persisted): where the deployment's repeated bests
+    are its prompts' tops, every policy stops at one (stop reason ``"tied"``).
     ``xi``: the deployment's distribution of the GPD tail shape
     (:class:`~stoppers.robust.xi_prior.XiPrior`), learned from every request of >= 8 rewards
     and persisted. The cold start of both defaults reads it (cost mode since 2026-11-25, target
@@ -210,6 +214,7 @@ class ShapePrior:
     streams: list[list[float]] = field(default_factory=list, repr=False)
     ceiling: RewardCeiling = field(default_factory=RewardCeiling)  # persisted
     floor: RewardFloor = field(default_factory=RewardFloor)  # persisted
+    pile: RewardPile = field(default_factory=RewardPile)  # persisted
     xi: XiPrior = field(default_factory=XiPrior)  # persisted
     scale_shrink: float = field(default=1.0, compare=False)  # a setting: not persisted
     max_tables: int = field(default=MAX_TABLES, repr=False, compare=False)
@@ -329,6 +334,7 @@ class ShapePrior:
         step = self.lattice_step()  # a two-level request is read on it
         self.ceiling.note(x, step=step)
         self.floor.note(x, step=step)
+        self.pile.note(x)
 
     def _standardise(self, x: np.ndarray) -> np.ndarray:
         """Each draw after the first ``min_rewards - 1`` against the mean and sd *before* it.
@@ -366,6 +372,7 @@ class ShapePrior:
             "streams": [list(stream) for stream in self.streams],
             "ceiling": self.ceiling.to_dict(),
             "floor": self.floor.to_dict(),
+            "pile": self.pile.to_dict(),
             "xi": self.xi.to_dict(),
         }
 
@@ -394,6 +401,7 @@ class ShapePrior:
             streams=data.get("streams", []),
             ceiling=RewardCeiling.from_dict(data.get("ceiling")),
             floor=RewardFloor.from_dict(data.get("floor")),
+            pile=RewardPile.from_dict(data.get("pile")),
             xi=XiPrior.from_dict(data.get("xi")),
         )
 

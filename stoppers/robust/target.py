@@ -30,6 +30,7 @@ import math
 
 from stoppers.robust.ceiling import FloorBound, floor_acceptance_bound
 from stoppers.robust.gpd_tail import TailFit, acceptance
+from stoppers.robust.pile import PileBound, PileRule
 from stoppers.robust.policy import TailPolicy
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.xi_prior import XiPrior
@@ -56,6 +57,9 @@ class TailTargetAcceptance(TailPolicy):
         (xi0 = 0, the exponential-tail / Gumbel domain).
     floor: the deployment's established reward floor (:func:`~stoppers.robust.ceiling.floor_of`)
         or None.
+    pile: the deployment's learned :class:`~stoppers.robust.pile.PileBound`
+        (:func:`~stoppers.robust.pile.pile_of`) or None: stop at a repeated best once it says
+        the best keeps the target.
     """
 
     def __init__(
@@ -69,6 +73,7 @@ class TailTargetAcceptance(TailPolicy):
         overshoot: bool = True,
         prior: TailPrior | XiPrior | None = None,
         floor: FloorBound | None = None,
+        pile: PileBound | None = None,
     ) -> None:
         target = float(target)
         if not (0.0 < target <= 1.0):
@@ -81,12 +86,16 @@ class TailTargetAcceptance(TailPolicy):
             kappa_z=kappa_z,
             prior=prior,
             floor=floor,
+            pile=pile,
         )
         self.overshoot = bool(overshoot)
         self._h = math.nan
 
     def _repeats_target(self) -> float | None:
         return self.target
+
+    def _pile_rule(self, pile: PileBound) -> PileRule:
+        return PileRule(pile, self.alpha, target=self.target)
 
     @property
     def expected_delivered_acceptance(self) -> float | None:

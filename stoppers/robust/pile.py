@@ -1,0 +1,274 @@
+"""Replies that repeat: how often a best that keeps coming back hides a better reply, learned
+across a deployment.
+
+Why: a generator at low temperature, or asked a short question, returns one reply again and
+again, and the reward model scores each copy identically. One request cannot tell a prompt whose
+repeated best *is* its top (then the benchmark kappa, the alpha-quantile, is at most that best
+and its acceptance is 1) from one with a better reply of a few percent not drawn yet; the
+per-request rules wait for it by a fixed guess (16 identical rewards in target mode's cold
+start, 32 in cost mode's, the Good-Turing count of 100 on the learned-shape paths). A deployment
+can learn how often its prompts repeat one reply, as it learns its floor
+(:class:`~stoppers.robust.ceiling.RewardFloor`):
+
+* Each finished request, read from its *first* reward v1 (a fair draw of the prompt, whatever
+  stopped it), counts the draws after it that differ from v1: binomial with the prompt's chance
+  q = P(a draw differs from v1). :class:`RewardPile` fits the distribution ``g`` of q across
+  prompts on :data:`~stoppers.robust.ceiling.P_GRID` by EM (the floor's NPMLE); the stopping
+  rule's requests are ignorable, since the likelihood holds whatever rule on observed rewards
+  ended them. ``lift`` is the acceptance a reward above a repeated v1 brought (the best standing
+  in for kappa), as the floor's.
+* A draw that differs lies above with chance r, and r is *not* learned: for a random reward of
+  a continuous law it is uniform on [0, 1] (the probability integral transform), and learned from
+  short streams whose first reward happened to be their best it piled up at 0, which read a
+  repeated best as a top four times too often on the ``repeats`` family (a learned (q, r) grid,
+  tried first; docs/robust-stopping.md, "A deployment learns its piles").
+* A request whose best has come back (``same`` copies after it first came, ``below`` lower
+  rewards since) reads the posterior of q under ``g``, times q^below (1 - q)^same, and of r,
+  Beta(1, below + 1). While p_above = q r <= 1 - alpha, kappa <= best and the best's
+  acceptance is 1. Target mode stops once 1 - lift P(p_above > 1 - alpha) reaches the target
+  (:func:`pile_acceptance_bound`), cost mode once lift E[p_above 1{p_above > 1 - alpha}], one
+  more draw's gain at most, is under the cost (:func:`pile_gain_bound`): the floor's two rules
+  with the floor replaced by the best. A best that came after the first reward was selected for
+  being high, so its r is smaller than a uniform one: reading it so waits longer, not shorter.
+
+With no requests that repeat, ``g`` is the uniform base measure, whose posterior after a few
+copies still puts most of its weight on a better reply of some percent: the rule only stops
+earlier than the per-request rules once the deployment's own requests say its piles are tops.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stoppers.robust.ceiling import P_GRID, P_ROWS, em_p_grid, uniform_on_grid
+from stoppers.robust.gpd_tail import acceptance
+
+__all__ = [
+    "BestRun",
+    "PileBound",
+    "PileRule",
+    "RewardPile",
+    "pile_acceptance_bound",
+    "pile_gain_bound",
+    "pile_of",
+]
+
+
+@dataclass
+class RewardPile:
+    """What a deployment's requests say about a repeated first reward (module docstring).
+
+    ``counts``: per request (newest last, at most ``P_ROWS``) the draws after its first reward
+    and how many of them differ from it; ``g``: the grid NPMLE of q over
+    :data:`~stoppers.robust.ceiling.P_GRID`; ``lift_sum`` / ``lift_weight``: over requests whose
+    first reward repeated and was passed, 1 - AR(first - best), weighted by the share of copies
+    of the first reward."""
+
+    counts: list[list[int]] = field(default_factory=list, repr=False)
+    g: list[float] = field(default_factory=lambda: uniform_on_grid().tolist(), repr=False)
+    lift_sum: float = 0.0
+    lift_weight: float = 0.0
+
+    def note(self, rewards: Any) -> None:
+        """Learn from one finished request's rewards, in observation order."""
+        x = np.asarray(rewards, dtype=np.float64)
+        if x.ndim != 1 or x.size < 2 or not np.all(np.isfinite(x)):
+            return
+        first, rest = x[0], x[1:]
+        differ = int(np.count_nonzero(rest != first))
+        self.counts.append([int(rest.size), differ])
+        del self.counts[:-P_ROWS]
+        self.g = em_p_grid(np.asarray(self.counts, dtype=np.float64), np.asarray(self.g)).tolist()
+        copies = rest.size - differ
+        if copies and float(rest.max()) > first:
+            weight = copies / rest.size
+            self.lift_sum += weight * (1.0 - acceptance(float(first) - float(rest.max())))
+            self.lift_weight += weight
+
+    @property
+    def requests(self) -> int:
+        """Requests learned from (at most ``P_ROWS``)."""
+        return len(self.counts)
+
+    @property
+    def lift(self) -> float:
+        """Mean acceptance a reward above a repeated first reward gained (1 before any)."""
+        return self.lift_sum / self.lift_weight if self.lift_weight > 0.0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "counts": [list(c) for c in self.counts],
+            "g": list(self.g),
+            "lift_sum": self.lift_sum,
+            "lift_weight": self.lift_weight,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RewardPile:
+        """Restore :meth:`to_dict`; ValueError on anything it could not have written (a
+        snapshot from before the pile was learned has none: it starts afresh)."""
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise ValueError("pile must be an object")
+        lift = [data.get("lift_sum", 0.0), data.get("lift_weight", 0.0)]
+        if any(isinstance(v, bool) or not isinstance(v, int | float) for v in lift):
+            raise ValueError("pile.lift_sum and pile.lift_weight must be numbers")
+        lift_sum, lift_weight = float(lift[0]), float(lift[1])
+        if not (0.0 <= lift_sum <= lift_weight < math.inf):
+            raise ValueError("pile.lift_sum must be in [0, lift_weight], lift_weight finite")
+        counts = data.get("counts", [])
+        if not (isinstance(counts, list) and len(counts) <= P_ROWS) or not all(
+            isinstance(c, list)
+            and len(c) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in c)
+            and 0 <= c[1] <= c[0]
+            for c in counts
+        ):
+            raise ValueError(f"pile.counts must be at most {P_ROWS} [draws, differ] pairs")
+        g = data.get("g", uniform_on_grid().tolist())
+        if not (isinstance(g, list) and len(g) == P_GRID.size) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v < math.inf
+            for v in g
+        ):
+            raise ValueError(f"pile.g must hold {P_GRID.size} probabilities")
+        if abs(sum(g) - 1.0) > 1e-6:
+            raise ValueError("pile.g must sum to 1")
+        return cls([list(c) for c in counts], [float(v) for v in g], lift_sum, lift_weight)
+
+
+@dataclass(frozen=True)
+class PileBound:
+    """What a request reads from its deployment's :class:`RewardPile` when it starts: the
+    lift and the learned ``g`` (None: the uniform base measure)."""
+
+    lift: float = 1.0
+    g: tuple[float, ...] | None = None
+
+    def posterior_above(self, same: int, below: int, alpha: float) -> tuple[float, float]:
+        """After the best came back ``same`` times with ``below`` lower rewards since it first
+        came: (P(p_above > 1 - alpha), E[p_above 1{p_above > 1 - alpha}]), p_above = q r, q
+        under ``g`` and r uniform a priori (module docstring)."""
+        return _posterior_above(_log_g(self), same, below, alpha)
+
+
+def _log_g(pile: PileBound) -> np.ndarray:
+    g = np.asarray(pile.g) if pile.g is not None else uniform_on_grid()
+    with np.errstate(divide="ignore"):
+        return np.log(g)
+
+
+with np.errstate(divide="ignore"):
+    _LOG_SAME = np.log1p(-P_GRID)  # a copy of the best: -inf where every draw differs
+    _LOG_DIFFER = np.log(P_GRID)  # a lower reward: -inf where none can come
+
+
+def _posterior_above(log_g: np.ndarray, same: int, below: int, alpha: float) -> tuple[float, float]:
+    """:meth:`PileBound.posterior_above` on the log of ``g`` (same, below >= 0; 0 log 0 = 0).
+
+    q's posterior is g q^below (1 - q)^same (r integrated out, a constant); r | below is
+    Beta(1, c), c = below + 1, so P(r > x) = (1 - x)^c and
+    E[r 1{r > x}] = (1 - x)^c - c / (c + 1) (1 - x)^(c + 1), at x = (1 - alpha) / q."""
+    log_post = log_g + same * _LOG_SAME if same else log_g.copy()
+    if below:
+        log_post += below * _LOG_DIFFER
+    post = np.exp(log_post - np.max(log_post))
+    post /= post.sum()
+    open_ = 1.0 - alpha < P_GRID  # p_above = q r can pass 1 - alpha only there
+    q = P_GRID[open_]
+    c = below + 1.0
+    rest = 1.0 - (1.0 - alpha) / q  # 1 - x
+    passed = rest**c
+    mean_r = passed - c / (c + 1.0) * rest ** (c + 1.0)
+    return float(post[open_] @ passed), float(post[open_] @ (q * mean_r))
+
+
+def pile_acceptance_bound(same: int, below: int, alpha: float, pile: PileBound) -> float:
+    """Expected acceptance of a best seen ``same`` more times (``below`` lower since): 1 while
+    p_above <= 1 - alpha, at least 1 - lift above (the floor's bound,
+    :func:`~stoppers.robust.ceiling.floor_acceptance_bound`, at the best)."""
+    return 1.0 - pile.lift * pile.posterior_above(same, below, alpha)[0]
+
+
+def pile_gain_bound(same: int, below: int, alpha: float, pile: PileBound) -> float:
+    """Upper bound on one more draw's expected acceptance gain at a repeated best: lift E[p_above
+    1{p_above > 1 - alpha}] (:func:`~stoppers.robust.ceiling.floor_gain_bound` at the best)."""
+    return pile.lift * pile.posterior_above(same, below, alpha)[1]
+
+
+def pile_of(prior: object) -> PileBound | None:
+    """The learned pile of a deployment prior that keeps one, once it has learned from a
+    request, else None (read once, when a request starts)."""
+    pile = getattr(prior, "pile", None)
+    if not isinstance(pile, RewardPile) or not pile.requests:
+        return None
+    return PileBound(pile.lift, tuple(pile.g))
+
+
+class BestRun:
+    """The current best of one request, how often it came back and how many lower rewards came
+    since it first did: the counts :class:`PileBound` reads. Three comparisons per reward."""
+
+    __slots__ = ("below", "best", "same")
+
+    def __init__(self) -> None:
+        self.best = -math.inf
+        self.same = 0
+        self.below = 0
+
+    def note(self, reward: float) -> None:
+        if reward > self.best:
+            self.best, self.same, self.below = reward, 0, 0
+        elif reward == self.best:
+            self.same += 1
+        else:
+            self.below += 1
+
+
+class PileRule:
+    """One request's stop at a repeated best (module docstring): target mode with ``target``,
+    cost mode with ``cost``. The posterior (~10 us) is read when the best comes back, not on
+    every reward: a request whose rewards never repeat pays three comparisons per reward, and
+    a lower reward's verdict waits for the next copy."""
+
+    __slots__ = ("_log_g", "_read_at", "_verdict", "alpha", "cost", "lift", "run", "target")
+
+    def __init__(
+        self,
+        pile: PileBound,
+        alpha: float,
+        *,
+        target: float | None = None,
+        cost: float | None = None,
+    ) -> None:
+        if (target is None) == (cost is None):
+            raise ValueError("give exactly one of target and cost")
+        self.alpha, self.target, self.cost, self.lift = alpha, target, cost, pile.lift
+        self._log_g = _log_g(pile)
+        self.run = BestRun()
+        self._read_at = (-math.inf, 0)  # (best, copies) of the last reading
+        self._verdict = False
+
+    def note(self, reward: float) -> None:
+        self.run.note(reward)
+
+    def stops(self) -> bool:
+        """Does the deployment's pile say the repeated best keeps the promise (target mode), or
+        that one more draw gains less than its cost (cost mode)?"""
+        run = self.run
+        if run.same == 0:
+            return False
+        if self._read_at == (run.best, run.same):
+            return self._verdict
+        self._read_at = (run.best, run.same)
+        chance, gain = _posterior_above(self._log_g, run.same, run.below, self.alpha)
+        if self.target is not None:
+            self._verdict = 1.0 - self.lift * chance >= self.target
+        else:
+            assert self.cost is not None
+            self._verdict = self.lift * gain <= self.cost
+        return self._verdict
