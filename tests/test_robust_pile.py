@@ -15,6 +15,7 @@ from stoppers.robust.cost_prior import CostShapePrior
 from stoppers.robust.gpd_tail import acceptance
 from stoppers.robust.pile import (
     PileBound,
+    PileRule,
     RewardPile,
     pile_acceptance_bound,
     pile_gain_bound,
@@ -102,6 +103,39 @@ def test_the_posterior_reads_the_grid_it_learned():
         density = c * (1.0 - r) ** (c - 1)
         expected = q * np.trapezoid(np.where(r > x, r * density, 0.0), r)
         assert gain == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_rule_decides_as_the_closed_form_says():
+    """PileRule keeps what depends on the lower rewards between readings; at every copy it
+    decides as the bounds computed afresh do, in both modes, on random g's and streams."""
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(100):
+        pile = PileBound(rng.uniform(0.1, 1.0), tuple(rng.dirichlet(np.full(P_GRID.size, 0.3))))
+        target, cost = rng.uniform(0.5, 0.99), 10 ** rng.uniform(-5.0, -2.0)
+        for rule in (PileRule(pile, 0.99, target=target), PileRule(pile, 0.99, cost=cost)):
+            for reward in [0.0, *np.where(rng.random(30) < 0.8, 0.0, -1.0)]:
+                rule.note(reward)
+                if reward == 0.0 and rule.run.same:
+                    same, below = rule.run.same, rule.run.below
+                    if rule.target is not None:
+                        expected = pile_acceptance_bound(same, below, 0.99, pile) >= target
+                    else:
+                        expected = pile_gain_bound(same, below, 0.99, pile) <= cost
+                    assert rule.stops() == expected
+                    checked += 1
+    assert checked > 4000
+
+
+def test_counts_the_learned_g_calls_impossible_never_stop():
+    """A restored g all at q = 0 (every prompt one reply) met by a request with a lower reward,
+    or all at q = 1 met by a copy: no posterior, so no stop (not a NaN)."""
+    for node, below in ((0, 1), (-1, 0)):
+        g = np.zeros(P_GRID.size)
+        g[node] = 1.0
+        pile = PileBound(1.0, tuple(g))
+        assert pile.posterior_above(3, below, 0.99) == (1.0, 1.0)
+        assert pile_acceptance_bound(3, below, 0.99, pile) == 0.0
 
 
 def test_a_continuous_deployment_never_reads_the_pile():

@@ -200,9 +200,18 @@ def _likelihood_unreachable(learned):
         policy = ShapePandora(1e-3, max_samples=10_000, prior=learned, warm_requests=10**9)
         assert policy.fitted_shape is not None
         policy.cost = -1.0
-        return _never_stopping_cold_start(policy, learned)
+        return _never_stopping_cold_start(_pile_unreachable(policy), learned)
 
     return make
+
+
+def _pile_unreachable(policy):
+    """The learned pile's stop (:mod:`stoppers.robust.pile`) set below any gain, like the
+    policy's own cost: on rounded rewards it still reads its posterior whenever the best comes
+    back, as in service, but never ends the timed request."""
+    if policy._pile is not None:
+        policy._pile.cost = -1.0
+    return policy
 
 
 def _censored_unreachable():
@@ -242,7 +251,7 @@ def _floor_path_unreachable(prior, on_path):
         policy = ShapePandora(1e-3, max_samples=10_000, prior=prior)
         assert on_path(policy)
         policy.cost = -1.0
-        return _never_stopping_cold_start(policy, prior)
+        return _never_stopping_cold_start(_pile_unreachable(policy), prior)
 
     return make
 

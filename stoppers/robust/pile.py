@@ -176,7 +176,10 @@ def _posterior_above(log_g: np.ndarray, same: int, below: int, alpha: float) -> 
     log_post = log_g + same * _LOG_SAME if same else log_g.copy()
     if below:
         log_post += below * _LOG_DIFFER
-    post = np.exp(log_post - np.max(log_post))
+    top = np.max(log_post)
+    if not np.isfinite(top):  # counts g gives no chance (a restored g all at q = 0 or 1)
+        return 1.0, 1.0  # nothing known: never a stop
+    post = np.exp(log_post - top)
     post /= post.sum()
     open_ = 1.0 - alpha < P_GRID  # p_above = q r can pass 1 - alpha only there
     q = P_GRID[open_]
@@ -231,11 +234,26 @@ class BestRun:
 
 class PileRule:
     """One request's stop at a repeated best (module docstring): target mode with ``target``,
-    cost mode with ``cost``. The posterior (~10 us) is read when the best comes back, not on
-    every reward: a request whose rewards never repeat pays three comparisons per reward, and
-    a lower reward's verdict waits for the next copy."""
+    cost mode with ``cost``. The posterior is read when the best comes back, not on every
+    reward: a request whose rewards never repeat pays three comparisons per reward, and a lower
+    reward's verdict waits for the next copy. What depends only on the lower rewards is kept
+    between readings (a run of copies pays ~5 us a copy)."""
 
-    __slots__ = ("_log_g", "_read_at", "_verdict", "alpha", "cost", "lift", "run", "target")
+    __slots__ = (
+        "_below_at",
+        "_first_open",
+        "_gain_r",
+        "_log_base",
+        "_log_g",
+        "_passed",
+        "_read_at",
+        "_verdict",
+        "alpha",
+        "cost",
+        "lift",
+        "run",
+        "target",
+    )
 
     def __init__(
         self,
@@ -252,6 +270,11 @@ class PileRule:
         self.run = BestRun()
         self._read_at = (-math.inf, 0)  # (best, copies) of the last reading
         self._verdict = False
+        # P_GRID ascends: the nodes where q r can pass 1 - alpha are a suffix
+        self._first_open = int(np.searchsorted(P_GRID, 1.0 - alpha, side="right"))
+        self._below_at = -1  # the lower-reward count the cached arrays are for
+        self._log_base = self._log_g
+        self._passed = self._gain_r = np.empty(0)
 
     def note(self, reward: float) -> None:
         self.run.note(reward)
@@ -265,10 +288,32 @@ class PileRule:
         if self._read_at == (run.best, run.same):
             return self._verdict
         self._read_at = (run.best, run.same)
-        chance, gain = _posterior_above(self._log_g, run.same, run.below, self.alpha)
+        if run.below != self._below_at:
+            self._cache_below(run.below)
+        log_post = self._log_base + run.same * _LOG_SAME
+        top = log_post.max()
+        if not math.isfinite(top):
+            self._verdict = False  # counts g gives no chance: nothing known
+            return False
+        weight = np.exp(log_post - top)
+        open_ = weight[self._first_open :]
+        total = weight.sum()
         if self.target is not None:
+            chance = float(open_ @ self._passed) / total
             self._verdict = 1.0 - self.lift * chance >= self.target
         else:
             assert self.cost is not None
+            gain = float(open_ @ self._gain_r) / total
             self._verdict = self.lift * gain <= self.cost
         return self._verdict
+
+    def _cache_below(self, below: int) -> None:
+        """The log prior times q^below, and per open node P(r > x) and q E[r 1{r > x}] under
+        r | below ~ Beta(1, below + 1) (:func:`_posterior_above`)."""
+        self._below_at = below
+        self._log_base = self._log_g + below * _LOG_DIFFER if below else self._log_g
+        q = P_GRID[self._first_open :]
+        c = below + 1.0
+        rest = 1.0 - (1.0 - self.alpha) / q
+        self._passed = rest**c
+        self._gain_r = q * self._passed * (1.0 - c / (c + 1.0) * rest)
