@@ -47,6 +47,7 @@ __all__ = [
     "floor_gain_bound",
     "floor_of",
     "piles_up",
+    "restore_rows_and_lift",
     "uniform_on_grid",
 ]
 
@@ -306,32 +307,42 @@ class RewardFloor(_ScaleEnd):
         floor = super().from_dict(data)
         if data is None:
             return floor
-        lift = [data.get("lift_sum", 0.0), data.get("lift_weight", 0.0)]
-        if any(isinstance(v, bool) or not isinstance(v, int | float) for v in lift):
-            raise ValueError("floor.lift_sum and floor.lift_weight must be numbers")
-        lift_sum, lift_weight = float(lift[0]), float(lift[1])
-        if not (0.0 <= lift_sum <= lift_weight < math.inf):
-            raise ValueError("floor.lift_sum must be in [0, lift_weight], lift_weight finite")
-        counts = data.get("counts", [])
-        if not (isinstance(counts, list) and len(counts) <= P_ROWS) or not all(
-            isinstance(c, list)
-            and len(c) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in c)
-            and 0 <= c[1] <= c[0]
-            for c in counts
-        ):
-            raise ValueError(f"floor.counts must be at most {P_ROWS} [draws, above] pairs")
-        g = data.get("g", uniform_on_grid().tolist())
-        if not (isinstance(g, list) and len(g) == P_GRID.size) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v < math.inf
-            for v in g
-        ):
-            raise ValueError(f"floor.g must hold {P_GRID.size} probabilities")
-        if abs(sum(g) - 1.0) > 1e-6:
-            raise ValueError("floor.g must sum to 1")
-        floor.counts, floor.g = [list(c) for c in counts], [float(v) for v in g]
+        counts, g, lift_sum, lift_weight = restore_rows_and_lift(data, "floor", "above")
+        floor.counts, floor.g = counts, g
         floor.lift_sum, floor.lift_weight = lift_sum, lift_weight
         return floor
+
+
+def restore_rows_and_lift(
+    data: dict[str, Any], name: str, event: str
+) -> tuple[list[list[int]], list[float], float, float]:
+    """The learned state :class:`RewardFloor` and :class:`~stoppers.robust.pile.RewardPile`
+    share, read from a snapshot: ``counts`` (at most ``P_ROWS`` [draws, ``event``] pairs), the
+    NPMLE ``g`` on :data:`P_GRID` and the lift's sum and weight; ValueError (naming ``name``)
+    on anything :meth:`RewardFloor.to_dict` could not have written."""
+    lift = [data.get("lift_sum", 0.0), data.get("lift_weight", 0.0)]
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in lift):
+        raise ValueError(f"{name}.lift_sum and {name}.lift_weight must be numbers")
+    lift_sum, lift_weight = float(lift[0]), float(lift[1])
+    if not (0.0 <= lift_sum <= lift_weight < math.inf):
+        raise ValueError(f"{name}.lift_sum must be in [0, lift_weight], lift_weight finite")
+    counts = data.get("counts", [])
+    if not (isinstance(counts, list) and len(counts) <= P_ROWS) or not all(
+        isinstance(c, list)
+        and len(c) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in c)
+        and 0 <= c[1] <= c[0]
+        for c in counts
+    ):
+        raise ValueError(f"{name}.counts must be at most {P_ROWS} [draws, {event}] pairs")
+    g = data.get("g", uniform_on_grid().tolist())
+    if not (isinstance(g, list) and len(g) == P_GRID.size) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v < math.inf for v in g
+    ):
+        raise ValueError(f"{name}.g must hold {P_GRID.size} probabilities")
+    if abs(sum(g) - 1.0) > 1e-6:
+        raise ValueError(f"{name}.g must sum to 1")
+    return [list(c) for c in counts], [float(v) for v in g], lift_sum, lift_weight
 
 
 def em_p_grid(counts: np.ndarray, g: np.ndarray) -> np.ndarray:

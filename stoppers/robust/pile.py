@@ -44,7 +44,13 @@ from typing import Any
 
 import numpy as np
 
-from stoppers.robust.ceiling import P_GRID, P_ROWS, em_p_grid, uniform_on_grid
+from stoppers.robust.ceiling import (
+    P_GRID,
+    P_ROWS,
+    em_p_grid,
+    restore_rows_and_lift,
+    uniform_on_grid,
+)
 from stoppers.robust.gpd_tail import acceptance
 
 __all__ = [
@@ -115,30 +121,7 @@ class RewardPile:
             return cls()
         if not isinstance(data, dict):
             raise ValueError("pile must be an object")
-        lift = [data.get("lift_sum", 0.0), data.get("lift_weight", 0.0)]
-        if any(isinstance(v, bool) or not isinstance(v, int | float) for v in lift):
-            raise ValueError("pile.lift_sum and pile.lift_weight must be numbers")
-        lift_sum, lift_weight = float(lift[0]), float(lift[1])
-        if not (0.0 <= lift_sum <= lift_weight < math.inf):
-            raise ValueError("pile.lift_sum must be in [0, lift_weight], lift_weight finite")
-        counts = data.get("counts", [])
-        if not (isinstance(counts, list) and len(counts) <= P_ROWS) or not all(
-            isinstance(c, list)
-            and len(c) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in c)
-            and 0 <= c[1] <= c[0]
-            for c in counts
-        ):
-            raise ValueError(f"pile.counts must be at most {P_ROWS} [draws, differ] pairs")
-        g = data.get("g", uniform_on_grid().tolist())
-        if not (isinstance(g, list) and len(g) == P_GRID.size) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v < math.inf
-            for v in g
-        ):
-            raise ValueError(f"pile.g must hold {P_GRID.size} probabilities")
-        if abs(sum(g) - 1.0) > 1e-6:
-            raise ValueError("pile.g must sum to 1")
-        return cls([list(c) for c in counts], [float(v) for v in g], lift_sum, lift_weight)
+        return cls(*restore_rows_and_lift(data, "pile", "differ"))
 
 
 @dataclass(frozen=True)
