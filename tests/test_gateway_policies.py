@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import random
+import time
+
 import httpx
 import pytest
 
 import stoppers
+from tests.fakes.reward import FakeReward
 
 URL = "/v1/chat/completions"
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "seed": 1000}
@@ -131,3 +135,46 @@ def test_greedy_is_temperature_zero_or_top_k_one(gateway_factory, fake_upstream)
         if response.status_code != 200:  # a string temperature is the upstream's to reject
             continue
         assert response.json()["pandora"]["samples"] > 1, extra
+
+
+def _one_reply_per_prompt(body, index):
+    """Every candidate for a prompt is the same reply (a generator at a low temperature, or a
+    short question), each prompt's reply at its own reward: no shared top or bottom."""
+    prompt = body["messages"][-1]["content"]
+    return f"answer {random.Random(prompt).uniform(-3.0, 3.0):.6f} to {prompt}"
+
+
+def _learned(server, requests: int) -> None:
+    """Wait until the deployment prior has been offered ``requests`` finished requests."""
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        offered = sum(
+            server.metric("pandora_prior_updates_total", mode="target", result=result)
+            for result in ("learned", "skipped")
+        )
+        if offered >= requests:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the prior was not offered {requests} requests")
+
+
+def test_a_deployment_that_repeats_itself_learns_to_stop_its_copies(gateway_factory, fake_upstream):
+    """Sampled (temperature 0.7), yet every prompt gets one reply again and again. The first
+    requests wait out the per-request rule (16 identical rewards at target 0.9); once the
+    deployment has learned that its repeated replies are its prompts' tops
+    (stoppers.robust.pile), a request stops at min-samples, 8 candidates, and the reward model
+    scores each prompt's reply once."""
+    fake_upstream.content = _one_reply_per_prompt
+    fake_reward = FakeReward()
+    server = gateway_factory(max_samples=24, parallelism=1, reward=fake_reward)
+    headers = {"X-Pandora-Target-Acceptance": "0.9"}
+    runs = []
+    for k in range(12):
+        messages = [{"role": "user", "content": f"question {k}"}]
+        body = {**BODY, "messages": messages, "temperature": 0.7}
+        runs.append(post(server, headers, body).json()["pandora"])
+        _learned(server, k + 1)
+    assert (runs[0]["samples"], runs[0]["stop_reason"]) == (16, "tied")
+    assert (runs[-1]["samples"], runs[-1]["stop_reason"]) == (8, "tied")
+    assert len(set(runs[-1]["rewards"])) == 1
+    assert len(fake_reward.calls) == 12  # one reward call per request: copies reuse the score
