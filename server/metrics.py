@@ -44,6 +44,7 @@ STOP_REASONS = (
     "tied",  # stoppers.robust: the best is tied at a ceiling (e.g. an upper clip)
     "ceiling",  # stoppers.robust: the best is (target mode: near enough) the scale's top
     "floor",  # stoppers.robust: every reward at the bottom of the deployment's scale, long enough
+    "repeated",  # stoppers.robust.pile: a best that keeps coming back (the deployment's were tops)
     "other",
 )
 UPSTREAM_ERROR_KINDS = (

@@ -175,6 +175,6 @@ def test_a_deployment_that_repeats_itself_learns_to_stop_its_copies(gateway_fact
         runs.append(post(server, headers, body).json()["pandora"])
         _learned(server, k + 1)
     assert (runs[0]["samples"], runs[0]["stop_reason"]) == (16, "tied")
-    assert (runs[-1]["samples"], runs[-1]["stop_reason"]) == (8, "tied")
+    assert (runs[-1]["samples"], runs[-1]["stop_reason"]) == (8, "repeated")
     assert len(set(runs[-1]["rewards"])) == 1
     assert len(fake_reward.calls) == 12  # one reward call per request: copies reuse the score

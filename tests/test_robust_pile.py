@@ -64,7 +64,7 @@ def _prior(mode: str):
 @pytest.mark.parametrize("mode", ["target", "cost"])
 def test_where_repeated_replies_were_the_only_ones_a_run_of_copies_stops_at_min_samples(mode):
     prior = _learned(_prior(mode), np.random.default_rng(0), share=1.0)
-    assert _run(_policy(mode, prior), [0.5] * 960) == (8, "tied")
+    assert _run(_policy(mode, prior), [0.5] * 960) == (8, "repeated")
     fresh = _policy(mode, _prior(mode))  # nothing learned: the per-request point-mass wait
     assert _run(fresh, [0.5] * 960)[0] > 8
 

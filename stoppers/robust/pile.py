@@ -28,8 +28,9 @@ can learn how often its prompts repeat one reply, as it learns its floor
   acceptance is 1. Target mode stops once 1 - lift P(p_above > 1 - alpha) reaches the target
   (:func:`pile_acceptance_bound`), cost mode once lift E[p_above 1{p_above > 1 - alpha}], one
   more draw's gain at most, is under the cost (:func:`pile_gain_bound`): the floor's two rules
-  with the floor replaced by the best. A best that came after the first reward was selected for
-  being high, so its r is smaller than a uniform one: reading it so waits longer, not shorter.
+  with the floor replaced by the best. Stop reason ``"repeated"``. A best that came after the
+  first reward was selected for being high, so its r is smaller than a uniform one: reading it
+  so waits longer, not shorter.
 
 With no requests that repeat, ``g`` is the uniform base measure, whose posterior after a few
 copies still puts most of its weight on a better reply of some percent: the rule only stops

@@ -123,7 +123,7 @@ class TailPolicy(StoppingPolicy):
         if self._best == self._floor_value:  # every reward at the scale's bottom: no point mass
             return "floor" if self._n >= self.min_samples and self._floor_test(self._n) else None
         if pile is not None and self._n >= self.min_samples and pile.stops():
-            return "tied"  # the deployment's repeated bests were its prompts' tops (pile)
+            return "repeated"  # the deployment's repeated bests were its prompts' tops (pile)
         if tracker.tied_ceiling(self.min_samples, self.all_tied):
             return "tied"
         if fit is None:

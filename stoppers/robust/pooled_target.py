@@ -244,7 +244,7 @@ class PooledTargetAcceptance(StoppingPolicy):
             accepted = floor_acceptance_bound(n, self.alpha, self._floor)
             return "floor" if accepted >= self.target else None
         if pile is not None and pile.stops():
-            return "tied"  # the deployment's repeated bests were its prompts' tops (pile)
+            return "repeated"  # the deployment's repeated bests were its prompts' tops (pile)
         sd = math.sqrt(self._m2 / (n - 1)) if n > 1 and self._m2 > 0.0 else 0.0
         if self._ties.ceiling(self._mean, self._best, sd):
             return "tied"  # a pile-up at the best (a clip), or every value repeated (BestTies)
@@ -280,7 +280,7 @@ class PooledTargetAcceptance(StoppingPolicy):
             accepted = floor_acceptance_bound(n, self.alpha, self._floor)
             return "floor" if accepted >= self.target else None
         if pile is not None and pile.stops():
-            return "tied"  # the deployment's repeated bests were its prompts' tops (pile)
+            return "repeated"  # the deployment's repeated bests were its prompts' tops (pile)
         above = self._above
         sd = math.sqrt(self._m2 / (above - 1)) if above > 1 and self._m2 > 0.0 else 0.0
         if self._ties.ceiling(self._mean, self._best, sd):

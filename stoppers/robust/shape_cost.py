@@ -311,7 +311,7 @@ class LearnedShapeCost(StoppingPolicy):
         if floor is not None and self._best == floor.value:  # every reward at the bottom
             return "floor" if floor_gain_bound(n, self.alpha, floor) <= self.cost else None
         if pile is not None and pile.stops():
-            return "tied"  # the deployment's repeated bests were its prompts' tops (pile)
+            return "repeated"  # the deployment's repeated bests were its prompts' tops (pile)
         ties = self._ties
         sd = 0.0
         if ties.count >= TIES_AT_MAX:  # the pile-up test's spread, only where it can run

@@ -184,7 +184,7 @@ class ShapePrior:
     exactly (:mod:`stoppers.robust.ceiling`; learned from every request offered, persisted).
     ``pile``: how often a repeated first reward was passed (:mod:`stoppers.robust.pile`; learned
     from every request of two rewards or more, persisted): where the deployment's repeated bests
-    are its prompts' tops, every policy stops at one (stop reason ``"tied"``).
+    are its prompts' tops, every policy stops at one (stop reason ``"repeated"``).
     ``xi``: the deployment's distribution of the GPD tail shape
     (:class:`~stoppers.robust.xi_prior.XiPrior`), learned from every request of >= 8 rewards
     and persisted. The cold start of both defaults reads it (cost mode since 2026-11-25, target
