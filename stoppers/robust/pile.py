@@ -20,7 +20,7 @@ can learn how often its prompts repeat one reply, as it learns its floor
 * A draw that differs lies above with chance r, and r is *not* learned: for a random reward of
   a continuous law it is uniform on [0, 1] (the probability integral transform), and learned from
   short streams whose first reward happened to be their best it piled up at 0, which read a
-  repeated best as a top four times too often on the ``repeats`` family (a learned (q, r) grid,
+  repeated best as a top five times too often on the ``repeats`` family (a learned (q, r) grid,
   tried first; docs/robust-stopping.md, "A deployment learns its piles").
 * A request whose best has come back (``same`` copies after it first came, ``below`` lower
   rewards since) reads the posterior of q under ``g``, times q^below (1 - q)^same, and of r,
