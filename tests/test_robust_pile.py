@@ -72,7 +72,8 @@ def test_where_repeated_replies_were_the_only_ones_a_run_of_copies_stops_at_min_
 @pytest.mark.parametrize("mode", ["target", "cost"])
 def test_where_copies_came_with_other_replies_the_pile_does_not_stop_them(mode):
     """One reply in twenty differs, half of them better: a run of copies is no evidence of a top
-    (a better reply holds 2.5%), and the learned pile keeps the request drawing."""
+    (a better reply holds 2.5%). The learned bound says go on, and a run of copies ends where it
+    would with no pile learned (the per-request waits)."""
     mixed = pile_of(_learned(_prior(mode), np.random.default_rng(1), share=0.95))
     assert 0.5 < mixed.lift <= 1.0  # the better replies are 1-3 above: most of the acceptance
     for same in (7, 15, 31):
