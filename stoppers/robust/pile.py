@@ -137,13 +137,7 @@ class PileBound:
         """After the best came back ``same`` times with ``below`` lower rewards since it first
         came: (P(p_above > 1 - alpha), E[p_above 1{p_above > 1 - alpha}]), p_above = q r, q
         under ``g`` and r uniform a priori (module docstring)."""
-        return _posterior_above(_log_g(self), same, below, alpha)
-
-
-def _log_g(pile: PileBound) -> np.ndarray:
-    g = np.asarray(pile.g) if pile.g is not None else uniform_on_grid()
-    with np.errstate(divide="ignore"):
-        return np.log(g)
+        return _Posterior(self, alpha).above(same, below) or (1.0, 1.0)  # None: nothing known
 
 
 with np.errstate(divide="ignore"):
@@ -151,27 +145,50 @@ with np.errstate(divide="ignore"):
     _LOG_DIFFER = np.log(P_GRID)  # a lower reward: -inf where none can come
 
 
-def _posterior_above(log_g: np.ndarray, same: int, below: int, alpha: float) -> tuple[float, float]:
-    """:meth:`PileBound.posterior_above` on the log of ``g`` (same, below >= 0; 0 log 0 = 0).
+class _Posterior:
+    """The posterior of p_above = q r given a repeated best's counts, under one pile and alpha.
 
     q's posterior is g q^below (1 - q)^same (r integrated out, a constant); r | below is
     Beta(1, c), c = below + 1, so P(r > x) = (1 - x)^c and
-    E[r 1{r > x}] = (1 - x)^c - c / (c + 1) (1 - x)^(c + 1), at x = (1 - alpha) / q."""
-    log_post = log_g + same * _LOG_SAME if same else log_g.copy()
-    if below:
-        log_post += below * _LOG_DIFFER
-    top = np.max(log_post)
-    if not np.isfinite(top):  # counts g gives no chance (a restored g all at q = 0 or 1)
-        return 1.0, 1.0  # nothing known: never a stop
-    post = np.exp(log_post - top)
-    post /= post.sum()
-    open_ = 1.0 - alpha < P_GRID  # p_above = q r can pass 1 - alpha only there
-    q = P_GRID[open_]
-    c = below + 1.0
-    rest = 1.0 - (1.0 - alpha) / q  # 1 - x
-    passed = rest**c
-    mean_r = passed - c / (c + 1.0) * rest ** (c + 1.0)
-    return float(post[open_] @ passed), float(post[open_] @ (q * mean_r))
+    E[r 1{r > x}] = (1 - x)^c - c / (c + 1) (1 - x)^(c + 1), at x = (1 - alpha) / q; only the
+    nodes with q > 1 - alpha (a suffix of the ascending P_GRID) can pass. What depends on
+    ``below`` alone is kept until it changes, so a run of copies pays ~5 us a reading."""
+
+    __slots__ = ("_below", "_first_open", "_gain_r", "_log_base", "_log_g", "_passed", "alpha")
+
+    def __init__(self, pile: PileBound, alpha: float) -> None:
+        g = np.asarray(pile.g) if pile.g is not None else uniform_on_grid()
+        with np.errstate(divide="ignore"):
+            self._log_g = np.log(g)
+        self.alpha = alpha
+        self._first_open = int(np.searchsorted(P_GRID, 1.0 - alpha, side="right"))
+        self._below = -1  # the lower-reward count the kept terms are for
+        self._log_base = self._log_g
+        self._passed = self._gain_r = np.empty(0)
+
+    def above(self, same: int, below: int) -> tuple[float, float] | None:
+        """(P(p_above > 1 - alpha), E[p_above 1{p_above > 1 - alpha}]) after ``same`` copies and
+        ``below`` lower rewards (both >= 0; 0 log 0 = 0); None where g gives the counts no
+        chance (a restored g all at q = 0 or 1): nothing is known, and no rule stops on it."""
+        if below != self._below:
+            self._keep(below)
+        log_post = self._log_base + same * _LOG_SAME if same else self._log_base
+        top = log_post.max()
+        if not math.isfinite(top):
+            return None
+        weight = np.exp(log_post - top)
+        open_ = weight[self._first_open :]
+        total = weight.sum()
+        return float(open_ @ self._passed) / total, float(open_ @ self._gain_r) / total
+
+    def _keep(self, below: int) -> None:
+        self._below = below
+        self._log_base = self._log_g + below * _LOG_DIFFER if below else self._log_g
+        q = P_GRID[self._first_open :]
+        c = below + 1.0
+        rest = 1.0 - (1.0 - self.alpha) / q  # 1 - x
+        self._passed = rest**c
+        self._gain_r = q * self._passed * (1.0 - c / (c + 1.0) * rest)
 
 
 def pile_acceptance_bound(same: int, below: int, alpha: float, pile: PileBound) -> float:
@@ -220,24 +237,9 @@ class PileRule:
     """One request's stop at a repeated best (module docstring): target mode with ``target``,
     cost mode with ``cost``. The posterior is read when the best comes back, not on every
     reward: a request whose rewards never repeat pays three comparisons per reward, and a lower
-    reward's verdict waits for the next copy. What depends only on the lower rewards is kept
-    between readings (a run of copies pays ~5 us a copy)."""
+    reward's verdict waits for the next copy."""
 
-    __slots__ = (
-        "_below_at",
-        "_first_open",
-        "_gain_r",
-        "_log_base",
-        "_log_g",
-        "_passed",
-        "_read_at",
-        "_verdict",
-        "alpha",
-        "cost",
-        "lift",
-        "run",
-        "target",
-    )
+    __slots__ = ("_posterior", "_read_at", "_verdict", "cost", "lift", "run", "target")
 
     def __init__(
         self,
@@ -249,55 +251,33 @@ class PileRule:
     ) -> None:
         if (target is None) == (cost is None):
             raise ValueError("give exactly one of target and cost")
-        self.alpha, self.target, self.cost, self.lift = alpha, target, cost, pile.lift
-        self._log_g = _log_g(pile)
+        self.target, self.cost, self.lift = target, cost, pile.lift
+        self._posterior = _Posterior(pile, alpha)
         self.run = BestRun()
         self._read_at = (-math.inf, 0)  # (best, copies) of the last reading
         self._verdict = False
-        # P_GRID ascends: the nodes where q r can pass 1 - alpha are a suffix
-        self._first_open = int(np.searchsorted(P_GRID, 1.0 - alpha, side="right"))
-        self._below_at = -1  # the lower-reward count the cached arrays are for
-        self._log_base = self._log_g
-        self._passed = self._gain_r = np.empty(0)
 
     def note(self, reward: float) -> None:
         self.run.note(reward)
 
     def stops(self) -> bool:
         """Does the deployment's pile say the repeated best keeps the promise (target mode), or
-        that one more draw gains less than its cost (cost mode)?"""
+        that one more draw gains less than its cost (cost mode)? The verdicts of
+        :func:`pile_acceptance_bound` and :func:`pile_gain_bound`."""
         run = self.run
         if run.same == 0:
             return False
         if self._read_at == (run.best, run.same):
             return self._verdict
         self._read_at = (run.best, run.same)
-        if run.below != self._below_at:
-            self._cache_below(run.below)
-        log_post = self._log_base + run.same * _LOG_SAME
-        top = log_post.max()
-        if not math.isfinite(top):
-            self._verdict = False  # counts g gives no chance: nothing known
+        reading = self._posterior.above(run.same, run.below)
+        if reading is None:
+            self._verdict = False
             return False
-        weight = np.exp(log_post - top)
-        open_ = weight[self._first_open :]
-        total = weight.sum()
+        chance, gain = reading
         if self.target is not None:
-            chance = float(open_ @ self._passed) / total
             self._verdict = 1.0 - self.lift * chance >= self.target
         else:
             assert self.cost is not None
-            gain = float(open_ @ self._gain_r) / total
             self._verdict = self.lift * gain <= self.cost
         return self._verdict
-
-    def _cache_below(self, below: int) -> None:
-        """The log prior times q^below, and per open node P(r > x) and q E[r 1{r > x}] under
-        r | below ~ Beta(1, below + 1) (:func:`_posterior_above`)."""
-        self._below_at = below
-        self._log_base = self._log_g + below * _LOG_DIFFER if below else self._log_g
-        q = P_GRID[self._first_open :]
-        c = below + 1.0
-        rest = 1.0 - (1.0 - self.alpha) / q
-        self._passed = rest**c
-        self._gain_r = q * self._passed * (1.0 - c / (c + 1.0) * rest)
