@@ -234,7 +234,55 @@ def uniform_on_grid() -> np.ndarray:
 
 
 @dataclass
-class RewardFloor(_ScaleEnd):
+class LearnedRows:
+    """What :class:`RewardFloor` and :class:`~stoppers.robust.pile.RewardPile` learn the same
+    way: per request (newest last, at most ``P_ROWS``) its draws and how many were the event of
+    chance p (above the floor; differing from the first reward), the grid NPMLE ``g`` of p
+    across prompts (:func:`em_p_grid`), and the lift, 1 - AR(base - best) over requests whose
+    base was passed, weighted by their share at the base."""
+
+    counts: list[list[int]] = field(default_factory=list, repr=False)
+    g: list[float] = field(default_factory=lambda: uniform_on_grid().tolist(), repr=False)
+    lift_sum: float = 0.0
+    lift_weight: float = 0.0
+
+    def learn_row(self, draws: int, events: int, base: float, best: float, share: float) -> None:
+        """One request's row, the NPMLE refitted, and its lift where ``share`` of its draws sat
+        at ``base`` and its ``best`` passed it."""
+        self.counts.append([draws, events])
+        del self.counts[:-P_ROWS]
+        self.g = em_p_grid(np.asarray(self.counts, dtype=np.float64), np.asarray(self.g)).tolist()
+        if share > 0.0 and best > base:
+            self.lift_sum += share * (1.0 - acceptance(base - best))
+            self.lift_weight += share
+
+    def forget_rows(self) -> None:
+        self.counts, self.g = [], uniform_on_grid().tolist()
+        self.lift_sum, self.lift_weight = 0.0, 0.0
+
+    @property
+    def lift(self) -> float:
+        """Mean acceptance gained above the base (1, the bounds' worst case, before any)."""
+        return self.lift_sum / self.lift_weight if self.lift_weight > 0.0 else 1.0
+
+    def rows_to_dict(self) -> dict[str, Any]:
+        return {
+            "counts": [list(c) for c in self.counts],
+            "g": list(self.g),
+            "lift_sum": self.lift_sum,
+            "lift_weight": self.lift_weight,
+        }
+
+    def restore_rows(self, data: dict[str, Any], name: str, event: str) -> None:
+        """Read :meth:`rows_to_dict`'s keys from ``data``; ValueError (naming ``name``) on
+        anything it could not have written."""
+        self.counts, self.g, self.lift_sum, self.lift_weight = restore_rows_and_lift(
+            data, name, event
+        )
+
+
+@dataclass
+class RewardFloor(_ScaleEnd, LearnedRows):
     """The lowest reward seen in a deployment, how many requests reached it exactly, and two
     things learned about it from every request since it was set:
 
@@ -251,10 +299,6 @@ class RewardFloor(_ScaleEnd):
     """
 
     value: float = math.inf
-    counts: list[list[int]] = field(default_factory=list, repr=False)
-    g: list[float] = field(default_factory=lambda: uniform_on_grid().tolist(), repr=False)
-    lift_sum: float = 0.0
-    lift_weight: float = 0.0
     SIGN: ClassVar[float] = -1.0
     NAME: ClassVar[str] = "floor"
     KEY: ClassVar[str] = "bottom"
@@ -266,16 +310,11 @@ class RewardFloor(_ScaleEnd):
         before = self.value
         super().note(x, step)
         if self.value != before:  # a new bottom: what was learned about the old one is moot
-            self.counts, self.g = [], uniform_on_grid().tolist()
-            self.lift_sum, self.lift_weight = 0.0, 0.0
+            self.forget_rows()
         at_floor = int(np.count_nonzero(x == self.value))
-        self.counts.append([int(x.size), int(x.size) - at_floor])
-        del self.counts[:-P_ROWS]
-        self.g = em_p_grid(np.asarray(self.counts, dtype=np.float64), np.asarray(self.g)).tolist()
-        if at_floor and float(x.max()) > self.value:
-            weight = at_floor / x.size
-            self.lift_sum += weight * (1.0 - acceptance(self.value - float(x.max())))
-            self.lift_weight += weight
+        self.learn_row(
+            int(x.size), int(x.size) - at_floor, self.value, float(x.max()), at_floor / x.size
+        )
 
     def _piles_up(self, x: np.ndarray, step: float | None) -> bool:
         # rewards all at one value tell a clip from a level no more than one draw does (a coarse
@@ -289,27 +328,14 @@ class RewardFloor(_ScaleEnd):
         reached by three requests as easily, but rarely piles up (:func:`piles_up`)."""
         return self.bound if self.piled >= 1 else None
 
-    @property
-    def lift(self) -> float:
-        """Mean acceptance gained above the floor (1, the bound's worst case, before any)."""
-        return self.lift_sum / self.lift_weight if self.lift_weight > 0.0 else 1.0
-
     def to_dict(self) -> dict[str, Any]:
-        return super().to_dict() | {
-            "counts": [list(c) for c in self.counts],
-            "g": list(self.g),
-            "lift_sum": self.lift_sum,
-            "lift_weight": self.lift_weight,
-        }
+        return super().to_dict() | self.rows_to_dict()
 
     @classmethod
     def from_dict(cls, data: Any) -> RewardFloor:
         floor = super().from_dict(data)
-        if data is None:
-            return floor
-        counts, g, lift_sum, lift_weight = restore_rows_and_lift(data, "floor", "above")
-        floor.counts, floor.g = counts, g
-        floor.lift_sum, floor.lift_weight = lift_sum, lift_weight
+        if data is not None:
+            floor.restore_rows(data, "floor", "above")
         return floor
 
 

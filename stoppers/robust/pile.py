@@ -40,19 +40,12 @@ earlier than the per-request rules once the deployment's own requests say its pi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from stoppers.robust.ceiling import (
-    P_GRID,
-    P_ROWS,
-    em_p_grid,
-    restore_rows_and_lift,
-    uniform_on_grid,
-)
-from stoppers.robust.gpd_tail import acceptance
+from stoppers.robust.ceiling import P_GRID, LearnedRows, uniform_on_grid
 
 __all__ = [
     "BestRun",
@@ -66,63 +59,45 @@ __all__ = [
 
 
 @dataclass
-class RewardPile:
+class RewardPile(LearnedRows):
     """What a deployment's requests say about a repeated first reward (module docstring).
 
     ``counts``: per request (newest last, at most ``P_ROWS``) the draws after its first reward
     and how many of them differ from it; ``g``: the grid NPMLE of q over
     :data:`~stoppers.robust.ceiling.P_GRID`; ``lift_sum`` / ``lift_weight``: over requests whose
     first reward repeated and was passed, 1 - AR(first - best), weighted by the share of copies
-    of the first reward."""
-
-    counts: list[list[int]] = field(default_factory=list, repr=False)
-    g: list[float] = field(default_factory=lambda: uniform_on_grid().tolist(), repr=False)
-    lift_sum: float = 0.0
-    lift_weight: float = 0.0
+    of the first reward (:class:`~stoppers.robust.ceiling.LearnedRows`, as the floor's)."""
 
     def note(self, rewards: Any) -> None:
         """Learn from one finished request's rewards, in observation order."""
         x = np.asarray(rewards, dtype=np.float64)
         if x.ndim != 1 or x.size < 2 or not np.all(np.isfinite(x)):
             return
-        first, rest = x[0], x[1:]
+        first, rest = float(x[0]), x[1:]
         differ = int(np.count_nonzero(rest != first))
-        self.counts.append([int(rest.size), differ])
-        del self.counts[:-P_ROWS]
-        self.g = em_p_grid(np.asarray(self.counts, dtype=np.float64), np.asarray(self.g)).tolist()
-        copies = rest.size - differ
-        if copies and float(rest.max()) > first:
-            weight = copies / rest.size
-            self.lift_sum += weight * (1.0 - acceptance(float(first) - float(rest.max())))
-            self.lift_weight += weight
+        self.learn_row(
+            rest.size, differ, first, float(rest.max()), (rest.size - differ) / rest.size
+        )
 
     @property
     def requests(self) -> int:
         """Requests learned from (at most ``P_ROWS``)."""
         return len(self.counts)
 
-    @property
-    def lift(self) -> float:
-        """Mean acceptance a reward above a repeated first reward gained (1 before any)."""
-        return self.lift_sum / self.lift_weight if self.lift_weight > 0.0 else 1.0
-
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "counts": [list(c) for c in self.counts],
-            "g": list(self.g),
-            "lift_sum": self.lift_sum,
-            "lift_weight": self.lift_weight,
-        }
+        return self.rows_to_dict()
 
     @classmethod
     def from_dict(cls, data: Any) -> RewardPile:
         """Restore :meth:`to_dict`; ValueError on anything it could not have written (a
         snapshot from before the pile was learned has none: it starts afresh)."""
+        pile = cls()
         if data is None:
-            return cls()
+            return pile
         if not isinstance(data, dict):
             raise ValueError("pile must be an object")
-        return cls(*restore_rows_and_lift(data, "pile", "differ"))
+        pile.restore_rows(data, "pile", "differ")
+        return pile
 
 
 @dataclass(frozen=True)
