@@ -12,6 +12,7 @@ from stoppers.replay.synth import (
     HELD_OUT_2,
     HELD_OUT_3,
     HELD_OUT_4,
+    LUMPY_FAMILIES,
     SynthSpec,
     generate,
 )
@@ -29,7 +30,12 @@ def test_every_family_is_seeded_and_finite(family: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "family", [f for f in FAMILIES if f not in ("clipped", "mixed", *HELD_OUT_3, *HELD_OUT_4)]
+    "family",
+    [
+        f
+        for f in FAMILIES
+        if f not in ("clipped", "mixed", *HELD_OUT_3, *HELD_OUT_4, *LUMPY_FAMILIES)
+    ],
 )
 def test_location_and_scale_vary_across_prompts(family: str) -> None:
     out = generate(SynthSpec(family=family, prompts=300, samples=400, seed=1))
@@ -203,3 +209,17 @@ def test_held_out_families_leave_earlier_pools_unchanged() -> None:
         assert out["rewards"].sum() == pytest.approx(total, abs=1e-9)
         np.testing.assert_allclose(out["rewards"][3, :3], row, atol=1e-8)
         assert not set(HELD_OUT_2) & set(out["family"].tolist())
+
+
+def test_lumpy_family_scores_a_few_answers_each_alike() -> None:
+    """Each prompt's rewards sit in six tight lumps: sorted, they jump between lumps by far more
+    than the spread within one, and the prompts differ in where their lumps are."""
+    out = generate(SynthSpec(family="lumpy", prompts=50, samples=960, seed=0))
+    r = out["rewards"]
+    z = (r - out["loc"][:, None]) / out["scale"][:, None]
+    for row in z:
+        gaps = np.diff(np.sort(row))
+        big = gaps > 0.3  # between lumps (the lumps' sd is 0.08)
+        assert big.sum() <= 5
+    tops = np.sort(z, axis=1)[:, -1]
+    assert np.std(tops) > 0.4  # the top lump moves from prompt to prompt

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,19 +119,25 @@ class _Table:
     target: float
     fixed_n: int | None
     cap: int | None = None
+    cap_factor: float = 1.0  # a floor table's; the plain table's rule ends at twice its N
 
 
-@pytest.mark.parametrize("fixed_n, cap", [(400, None), (None, 400), (400, 500)])
-def test_the_tables_best_of_n_is_lowered_where_the_streams_say_fewer(fixed_n, cap) -> None:
+@pytest.mark.parametrize(
+    "fixed_n, cap, cap_factor",
+    [(400, None, 1.0), (None, 400, 1.0), (400, 500, 1.0), (None, 900, 2.0), (400, 900, 2.0)],
+)
+def test_the_tables_best_of_n_is_lowered_where_the_streams_say_fewer(
+    fixed_n, cap, cap_factor
+) -> None:
     rng = np.random.default_rng(5)
     prompts = [_lumpy_prompt(rng) for _ in range(30)]
     streams = [list(rng.choice(p, 96, replace=False)) for p in prompts]
     n = bootstrap_n(streams, 0.9, alpha=ALPHA, horizon=960, min_samples=8, floor=-9.0)
     assert n is not None and n < 400
     prompts = pseudo_prompts(streams, alpha=ALPHA, floor=-9.0).prompts
-    table = streams_best_of_n(_Table(0.9, fixed_n, cap), prompts, 8, 960)
+    table = streams_best_of_n(_Table(0.9, fixed_n, cap, cap_factor), prompts, 8, 960)
     assert table.fixed_n == (None if fixed_n is None else n)
-    assert table.cap == (None if cap is None else n)
+    assert table.cap == (None if cap is None else math.ceil(cap_factor * n))
 
 
 def test_the_tables_best_of_n_is_never_raised_and_a_rule_is_left_alone() -> None:
@@ -223,3 +230,60 @@ def test_values_at_a_far_ceiling_keep_their_atom(clipped: int) -> None:
     # ... at the ceiling itself, not at a point of the gap below its atom
     grid, _, kappa = _distribution(_kernels(stream, None, ceiling), None, ceiling, ALPHA)
     assert (kappa == ceiling) if clipped == 3 else (kappa < grid[-2])
+
+
+def test_streams_drawn_from_the_pseudo_prompts_are_their_smoothed_bootstrap() -> None:
+    """Draws keep a stream's floor share and its lumps, stay within the ends, and carry each
+    pseudo-prompt's own kappa; the pseudo-prompts are used in turn."""
+    rng = np.random.default_rng(9)
+    streams = [rng.choice(_lumpy_prompt(rng), 96, replace=False) for _ in range(3)]
+    read = pseudo_prompts(streams, alpha=ALPHA, floor=-9.0)
+    x, kappa = read.draw(300, 400, np.random.default_rng(1))
+    assert x.shape == (300, 400) and kappa.shape == (300,)
+    assert x.min() >= -9.0
+    for i, stream in enumerate(streams):
+        drawn = x[i::3]
+        _, _, want = _distribution(_kernels(stream, -9.0, None), -9.0, None, ALPHA)
+        assert np.all(kappa[i::3] == want)
+        # the floor's atom at the stream's share, the rest near the stream's own values
+        assert np.mean(drawn == -9.0) == pytest.approx(np.mean(stream == -9.0), abs=0.02)
+        inner = drawn[drawn > -9.0]
+        width = _kernels(stream, -9.0, None).width
+        gaps = np.abs(inner[:, None] - stream[stream > -9.0][None, :]).min(axis=1)
+        assert np.quantile(gaps, 0.99) < 3.0 * width
+        assert inner.mean() == pytest.approx(stream[stream > -9.0].mean(), abs=0.25)
+
+
+def _lumps(rng: np.random.Generator, size: int = 96) -> np.ndarray:
+    """A prompt whose responses agree on a few answers: 3-7 tight lumps, no floor."""
+    centres = rng.normal(0.0, 1.0, rng.integers(3, 8))
+    weights = rng.dirichlet(np.ones(centres.size))
+    return rng.choice(centres, size, p=weights) + rng.normal(0.0, 0.03, size)
+
+
+def test_a_lumpy_deployment_calibrates_its_table_on_the_streams() -> None:
+    """Through ShapePrior's build: prompts of a few tight lumps each give a plain table
+    calibrated on the streams' pseudo-prompts (``on_streams``), whose cap is twice the
+    streams' own Best-of-N and ends the request's run; normal prompts keep the table
+    calibrated on their shape."""
+    from stoppers.robust.pooled_target import PooledTargetAcceptance
+    from stoppers.robust.shape_prior import STREAM_REWARDS, ShapePrior
+    from stoppers.robust.stop_table import TABLE_CAP_FACTOR, StopTable
+
+    rng = np.random.default_rng(10)
+    lumpy, normal = ShapePrior(), ShapePrior()
+    for _ in range(30):
+        lumpy.update(rng.normal(0.0, 2.0) + _lumps(rng))
+        normal.update(rng.normal(0.0, 2.0) + rng.normal(0.0, 1.0, 96))
+    table = lumpy.table(0.9, min_samples=8, horizon=960)
+    assert isinstance(table, StopTable) and table.on_streams
+    want = bootstrap_n(
+        lumpy.streams, 0.9, alpha=ALPHA, horizon=960, min_samples=8, kept_length=STREAM_REWARDS
+    )
+    assert want is not None
+    assert table.cap == pytest.approx(TABLE_CAP_FACTOR * want, abs=TABLE_CAP_FACTOR * 2)
+    assert table.fixed_n in (None, *range(want - 2, want + 3))
+    policy = PooledTargetAcceptance(0.9, prior=lumpy, max_samples=960)
+    assert policy.uses_learned_prior and policy.cap == table.cap
+    smooth = normal.table(0.9, min_samples=8, horizon=960)
+    assert isinstance(smooth, StopTable) and not smooth.on_streams

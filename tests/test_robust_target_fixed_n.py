@@ -8,6 +8,8 @@ as the Best-of-N that delivers the same, and the table names that N instead. Whe
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -98,3 +100,47 @@ def test_a_normal_deployment_keeps_the_calibrated_rule():
     prior = _trained_prior(_normal, 60, seed=3)
     policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=960)
     assert policy.uses_learned_prior and policy.fixed_n is None
+
+
+def test_best_of_n_cap_is_a_multiple_of_the_n_that_reaches_the_target():
+    curve = np.array([0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.94])
+    assert st.best_of_n_cap(curve, 0.9, 2) == 6
+    assert st.best_of_n_cap(curve, 0.9, 2, factor=2.0) == 12
+    assert st.best_of_n_cap(curve, 0.8, 8, factor=1.5) == 8  # at least min_samples
+    assert st.best_of_n_cap(curve, 0.95, 2, factor=2.0) is None  # not within the horizon
+
+
+@pytest.mark.parametrize("shape", ["normal", "gumbel"])
+def test_the_plain_tables_rule_ends_at_twice_its_best_of_n(shape):
+    """The cap is TABLE_CAP_FACTOR times the Best-of-N that delivers the target on the simulated
+    streams, and the calibration counts it: the rule still delivers the target there."""
+    table = _table(shape, 0.9)
+    w = np.diff(SHAPES[shape].cdf(st.Z_EDGES))
+    _, q_alpha = st.plug_in(w, SCALES, 0.9, 0.99, 50)
+    z, log_s = st.simulated_streams(w, SCALES, 960, 1)
+    kappa = np.exp(log_s) * q_alpha
+    curve = st._acceptance(
+        np.maximum.accumulate(np.exp(log_s)[:, None] * z, axis=1) - kappa[:, None]
+    )
+    n = int(np.flatnonzero(curve.mean(axis=0) >= 0.9)[0]) + 1
+    assert table.cap == math.ceil(st.TABLE_CAP_FACTOR * n)
+    assert table.simulated_samples < table.cap
+    assert table.simulated_acceptance == pytest.approx(0.9, abs=0.01)
+
+
+def test_a_prompt_whose_best_never_reaches_the_threshold_stops_at_the_cap():
+    """A request whose rewards sit in two tight lumps (the best far under the normal table's
+    threshold for its mean and sd) ends at the table's cap, not at the budget."""
+    prior = _trained_prior(_normal, 60, seed=3)
+    policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=960, multimodal=False)
+    assert policy.fixed_n is None and policy.uses_learned_prior
+    cap = policy.cap
+    assert cap is not None and 8 < cap < 960
+    rng = np.random.default_rng(12)
+    lumps = np.where(rng.random(960) < 0.5, 0.0, 1.0) + rng.normal(0.0, 0.01, 960)
+    drawn = 0
+    for reward in lumps:
+        drawn += 1
+        if policy.observe(float(reward)):
+            break
+    assert drawn == cap and policy.stop_reason == "fixed"

@@ -76,6 +76,15 @@ do; not among ``mixed``'s choices:
   the learned pile (``stoppers.robust.pile``) and measured on while it was designed, so not
   held out (docs/robust-stopping.md, "A deployment learns its piles").
 
+Built on 2026-12-01 (``LUMPY_FAMILIES``), not among ``mixed``'s choices:
+
+* ``lumpy`` — a prompt's responses agree on a few answers, each scored alike: six lumps at
+  standard normal centres with Dirichlet(1) weights, each lump a normal of sd 0.08 (the reward
+  model's noise on one answer), scaled by the prompt's scale. Not standardised: a prompt's mean
+  and sd are its lumps'. The table's calibration on the streams was designed on it, so it is
+  not held out (docs/robust-stopping.md, "Lumps: the table calibrated on the streams"; the
+  held-out variant is described there).
+
 Output precision (2026-11-30): ``precision="bfloat16"`` (or ``"float16"``, ``"float32"``)
 rounds every reward to that format, as a reward model run in half precision on a GPU returns
 its scores (the reward worker's ``auto`` dtype; vLLM's pooling runner likewise). A bfloat16
@@ -100,6 +109,7 @@ __all__ = [
     "HELD_OUT_2",
     "HELD_OUT_3",
     "HELD_OUT_4",
+    "LUMPY_FAMILIES",
     "PRECISIONS",
     "SynthSpec",
     "generate",
@@ -129,6 +139,7 @@ HELD_OUT_2 = (
 )
 HELD_OUT_3 = ("floored", "judge")
 HELD_OUT_4 = ("repeats", "low-temperature")
+LUMPY_FAMILIES = ("lumpy",)
 PRECISIONS = ("float64", "float32", "bfloat16", "float16")
 _CONTINUOUS_FAMILIES = tuple(f for f in _BASE_FAMILIES if f != "clipped")
 FAMILIES = (
@@ -140,6 +151,7 @@ FAMILIES = (
     *HELD_OUT_2,
     *HELD_OUT_3,
     *HELD_OUT_4,
+    *LUMPY_FAMILIES,
 )
 
 _SKEW_SHAPE = 4.0
@@ -149,6 +161,8 @@ _GAMMA_K = 2.0
 _PARETO_XI = 0.3
 # the range of a prompt's concentration, drawn log-uniform
 _REPEATS_THETA = {"repeats": (0.5, 300.0), "low-temperature": (0.02, 3.0)}
+_LUMPS = 6  # answers per prompt (lumpy)
+_LUMP_SD = 0.08  # the reward model's noise on one answer, in units of the prompt's scale
 
 
 @dataclass(frozen=True)
@@ -283,6 +297,10 @@ def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         return _held_out_draws(family, size, rng)
     if family in _REPEATS_THETA:
         return _repeated_draws(size, rng, _REPEATS_THETA[family])
+    if family == "lumpy":
+        centres = rng.standard_normal(_LUMPS)
+        answer = rng.choice(_LUMPS, size, p=rng.dirichlet(np.ones(_LUMPS)))
+        return centres[answer] + rng.normal(0.0, _LUMP_SD, size)
     if family == "mixture":
         weight = rng.uniform(0.1, 0.4)
         good = rng.random(size) < weight

@@ -101,6 +101,7 @@ def _pooled_unreachable():
         policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=10_000, cold_start=1)
         policy._table = dataclasses.replace(policy._table, offset=1e6)
         policy._fixed_n = None  # time the table rule itself, not the Best-of-N it may name
+        policy._cap = None  # ... nor the Best-of-N that ends its run
         return _repeats_unreachable(policy)
 
     return make
@@ -123,7 +124,7 @@ def _floor_unreachable():
         policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=10_000, cold_start=1)
         assert policy._censored is not None
         policy._censored = dataclasses.replace(policy._censored, offset=1e6, cap=None, fixed_n=None)
-        policy._fixed_n = None
+        policy._fixed_n = policy._cap = None
         return _repeats_unreachable(policy)
 
     return make
@@ -152,6 +153,7 @@ def _multiplier_unreachable():
         policy = PooledTargetAcceptance(0.9, prior=prior, max_samples=10_000, cold_start=1)
         assert policy.multimodal
         policy._multiplier.__class__ = GoOn
+        policy._cap = None  # the table's Best-of-N would end the rule's run
         return _repeats_unreachable(policy)
 
     return make

@@ -46,6 +46,7 @@ import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -58,6 +59,7 @@ from stoppers.robust.stop_table import (
     SLOPES,
     _acceptance,
     _shape_draws,
+    best_of_n_cap,
     bisect_offset,
     fixed_n_for,
     plug_in,
@@ -125,6 +127,7 @@ class FloorTable:
     simulated_samples: float
     fixed_n: int | None = None  # Best-of-N in place of the rule (stop_table.fixed_n_for)
     cap: int | None = None  # ... and as the rule's last draw (None: the horizon)
+    cap_factor: ClassVar[float] = 1.0  # the cap is the Best-of-N itself
     cut: bool = False  # the interiors read as a latent shape cut at the floor (cut_interior)
 
     def scale(self, n: int, sd: float) -> float:
@@ -345,8 +348,7 @@ def _calibrated(
     floor_hit = (count == 0.0) & floor_ok[None, :] & (n >= min_samples)
     floor_stop = np.where(floor_hit.any(axis=1), np.argmax(floor_hit, axis=1), t)
     curve = acc_at.mean(axis=0)  # Best-of-n's mean acceptance (index n - 1)
-    reached = np.flatnonzero(curve >= table.target)
-    cap = max(int(reached[0]) + 1, min_samples) if reached.size else None
+    cap = best_of_n_cap(curve, table.target, min_samples)
     offset, slope, acc, samples, _ = bisect_offset(
         base, shrink, acc_at, table.target, (0.0, 0.75, *SLOPES), last=cap, forced=floor_stop
     )

@@ -117,16 +117,20 @@ from stoppers.robust.shape_deconvolve import deconvolve_shape, predictive_to_nor
 from stoppers.robust.shape_likelihood import _rebin, fit_shapes
 from stoppers.robust.stop_table import (
     S_BINS,
+    SIM_HORIZON,
+    SIM_STREAMS,
     Z_BINS,
     Z_EDGES,
     StopTable,
     TableKey,
     calibrate,
+    calibrated_on,
     plug_in,
     s_bin,
     z_bin,
 )
 from stoppers.robust.stream_bootstrap import (
+    BOOTSTRAP_MIN_STREAMS,
     LIGHT_TAIL_XI,
     StreamPrompts,
     n_for_target,
@@ -598,22 +602,27 @@ class ShapePrior:
 
         def build() -> AnyTable:
             table = build_shaped()
-            # a lattice's streams hold only the levels they drew; heavy tails pass the kernels
-            if _best_of_n_sizes(table) and step is None and light_tails:
-                key = (requests, len(kept), alpha, ends)
-                if key not in prompts_cache:
-                    prompts_cache.clear()
-                    prompts_cache[key] = pseudo_prompts(
-                        kept,
-                        alpha=alpha,
-                        floor=ends[0],
-                        ceiling=ends[1],
-                        kept_length=STREAM_REWARDS,
-                    )
-                prompts = prompts_cache[key]
-                if prompts.lumpy:  # smooth streams: the table's own smooth shape is right
-                    table = streams_best_of_n(table, prompts.prompts, min_samples, horizon)
-            return table
+            plain = isinstance(table, StopTable)
+            # a lattice's streams hold only the levels they drew
+            if step is not None or not (plain or (_best_of_n_sizes(table) and light_tails)):
+                return table
+            key = (requests, len(kept), alpha, ends)
+            if key not in prompts_cache:
+                prompts_cache.clear()
+                prompts_cache[key] = pseudo_prompts(
+                    kept, alpha=alpha, floor=ends[0], ceiling=ends[1], kept_length=STREAM_REWARDS
+                )
+            prompts = prompts_cache[key]
+            if not prompts.lumpy:  # smooth streams: the table's own smooth shape is right
+                return table
+            if not plain:
+                return streams_best_of_n(table, prompts.prompts, min_samples, horizon)
+            if len(prompts.prompts) < BOOTSTRAP_MIN_STREAMS:
+                return table  # too few streams to read: a few smooth ones may read lumpy
+            # heavy tails pass the kernels: a lumpy deployment's requests then run their own rule
+            if light_tails:
+                table = streams_calibrated(table, prompts, min_samples, horizon)
+            return table if table.on_streams else replace(table, lumpy=True)
 
         def build_shaped() -> AnyTable:
             if censored is not None:
@@ -766,8 +775,31 @@ def _stream_facts(stream: list[float]) -> StreamFacts:
 
 
 def _best_of_n_sizes(table: AnyTable) -> list[int]:
-    """The Best-of-N sizes ``table`` runs: its ``fixed_n`` and a floor table's ``cap``, if set."""
-    return [n for n in (table.fixed_n, getattr(table, "cap", None)) if n is not None]
+    """The Best-of-N sizes ``table`` runs: its ``fixed_n`` and its rule's ``cap``, if set."""
+    return [n for n in (table.fixed_n, table.cap) if n is not None]
+
+
+def streams_calibrated(
+    table: StopTable, prompts: StreamPrompts, min_samples: int, horizon: int
+) -> StopTable:
+    """``table`` calibrated on streams drawn from the kept streams' pseudo-prompts
+    (:meth:`~stoppers.robust.stream_bootstrap.StreamPrompts.draw`) instead of its smooth shape:
+    its offset, slope, cap and Best-of-N (:func:`~stoppers.robust.stop_table.calibrated_on`).
+
+    Why: where each prompt holds its own few tight lumps (answers that agree, a judge's
+    levels), the shape pooled over the prompts is smooth and none of them is. Calibrated on it,
+    the rule waited for values a prompt's top lump never reaches and its Best-of-N was sized for
+    the smooth tail: on the `lumpy` family it drew 50 rewards a request at 0.9 where the
+    prompts' own Best-of-N drew 20 (docs/robust-stopping.md, "Lumps: the table calibrated on the
+    streams"). The caller reads it only where the streams are lumpy and the tails light, as for
+    :func:`streams_best_of_n`; where the pseudo-prompts' Best-of-N does not reach the target
+    within the simulated streams the table stays as it is."""
+    if len(prompts.prompts) < BOOTSTRAP_MIN_STREAMS:
+        return table
+    length = min(horizon, SIM_HORIZON)
+    x, kappa = prompts.draw(SIM_STREAMS, length, np.random.default_rng([table.requests, 13]))
+    calibrated, _ = calibrated_on(table, x, kappa, min_samples)
+    return table if calibrated.cap is None else replace(calibrated, on_streams=True)
 
 
 def streams_best_of_n(
@@ -776,26 +808,27 @@ def streams_best_of_n(
     min_samples: int,
     horizon: int,
 ) -> AnyTable:
-    """``table`` with its Best-of-N (``fixed_n``, and a floor table's ``cap``) lowered to the N
-    the kept streams' pseudo-prompts say delivers its target, where they say fewer
+    """``table`` with its Best-of-N (``fixed_n``, and the ``cap`` that ends its rule's run, for
+    ``cap_factor`` times it) lowered to the N the kept streams'
+    pseudo-prompts say delivers its target, where they say fewer
     (:mod:`stoppers.robust.stream_bootstrap`). Why lowered only: the table's N comes from one
     smooth shape, which over-delivers on prompts that each hold their own lumps (a judge's);
     where the streams ask for more, the bootstrap's kernels have smeared a hard end past where
     it is (uniform rewards: 20-40% above the true N), which the table's shape holds. The
     caller reads it only where the deployment's tails are light (``LIGHT_TAIL_XI``) and its
     streams lumpy (``StreamPrompts.lumpy``)."""
-    sized = _best_of_n_sizes(table)
-    if not sized:
+    if not _best_of_n_sizes(table):
         return table
     n = n_for_target(prompts, table.target, horizon=horizon, min_samples=min_samples)
-    if n is None or n >= max(sized):
+    if n is None:
         return table
+    lowered = {"fixed_n": n, "cap": max(math.ceil(table.cap_factor * n), min_samples)}
     changes = {
-        name: min(value, n)
+        name: lowered[name]
         for name in ("fixed_n", "cap")
-        if (value := getattr(table, name, None)) is not None
+        if (value := getattr(table, name)) is not None and lowered[name] < value
     }
-    return replace(table, **changes)
+    return replace(table, **changes) if changes else table
 
 
 def _streams_of(streams: Any) -> list[list[float]]:

@@ -20,24 +20,29 @@ on (:func:`z_bin`, :func:`s_bin`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 import numpy as np
 
 __all__ = [
+    "SIM_HORIZON",
+    "SIM_STREAMS",
     "S_BINS",
     "S_HI",
     "S_LO",
+    "TABLE_CAP_FACTOR",
     "Z_BINS",
     "Z_EDGES",
     "Z_HI",
     "Z_LO",
     "StopTable",
     "TableKey",
+    "best_of_n_cap",
     "bin_centres",
     "bisect_offset",
     "calibrate",
+    "calibrated_on",
     "fixed_n_for",
     "on_lattice",
     "plug_in",
@@ -75,6 +80,11 @@ MIN_SCALE_SHRINK = 1e-6  # scale_shrink 0: the prior still names a scale before 
 # simulated save was nil (bounded rewards; docs/robust-stopping.md, "Best-of-N where the table
 # rule does not pay").
 FIXED_N_MARGIN = 0.1
+# A table rule's last draw is this multiple of the Best-of-N that delivers the target on the
+# simulated streams (StopTable.cap). At 1 the cap took the rule's advantage: calibrated with it,
+# the normal shape's rule drew 55 rewards at 0.9 where Best-of-61 delivers as much, and the table
+# named that N; at 2 it draws 45.1 against 44.8 uncapped (Gumbel 61.2 against 60.8).
+TABLE_CAP_FACTOR = 2.0
 
 # (target to 3 decimals, min_samples, horizon, alpha): what one stop table is built for
 TableKey = tuple[float, int, int, float]
@@ -98,6 +108,17 @@ class StopTable:
     step: float | None = None  # the reward lattice the calibration simulated (None: continuous)
     # the Best-of-N the request runs instead of the rule (None: the rule; :func:`fixed_n_for`)
     fixed_n: int | None = None
+    # ... and the rule's last draw: cap_factor times the Best-of-N that delivers the target on
+    # the simulated streams (None: the horizon; :func:`best_of_n_cap`)
+    cap: int | None = None
+    cap_factor: ClassVar[float] = TABLE_CAP_FACTOR
+    # calibrated on the kept streams' pseudo-prompts (shape_prior.streams_calibrated), not on
+    # the smooth shape: each prompt's own lumps, which no pooled shape's modes describe
+    on_streams: bool = False
+    # the kept streams read lumpy but the deployment's tails heavy, so the table was not
+    # calibrated on them: the smooth shape describes no prompt, and requests run their own rule
+    # (pooled_target's cold start)
+    lumpy: bool = False
 
     def scale(self, n: int, sd: float) -> float:
         """Posterior-mean log scale, exponentiated: own sd shrunk to the learned scales."""
@@ -289,19 +310,36 @@ def _calibrated(
     kappa = np.exp(log_s) * q_alpha
     if step is not None:
         x, kappa = on_lattice(x, kappa, step, np.random.default_rng([seed, 11]))
+    # no cap on a lattice: there every level repeats and the tie rules end the rule's run, and
+    # the cap moved `rounded-1.0`'s 0.8 out of the band (0.828 -> 0.840; docs/robust-stopping.md,
+    # "Lumps: the table calibrated on the streams")
+    calibrated, truncated = calibrated_on(table, x, kappa, min_samples, capped=step is None)
+    return replace(calibrated, step=step), truncated
+
+
+def calibrated_on(
+    table: StopTable, x: np.ndarray, kappa: np.ndarray, min_samples: int, *, capped: bool = True
+) -> tuple[StopTable, float]:
+    """``table`` calibrated on the reward streams ``x`` (streams, draws) with benchmarks
+    ``kappa``: the offset and slope at which the rule, ending at its ``cap`` (``capped``),
+    delivers the target on them, the cap and the Best-of-N in place of the rule
+    (:func:`fixed_n_for`); and the share of the streams the rule's crossing had not stopped by
+    their last draw."""
     base, shrink, best, _, _ = rule_margin(table, x, min_samples)
     acc_at = _acceptance(best - kappa[:, None])
-    hi, slope, acc, samples, truncated = bisect_offset(base, shrink, acc_at, table.target, SLOPES)
-    calibrated = StopTable(
-        **{
-            **table.__dict__,
-            "offset": hi,
-            "slope": slope,
-            "simulated_acceptance": acc,
-            "simulated_samples": samples,
-            "step": step,
-            "fixed_n": fixed_n_for(acc_at.mean(axis=0), acc, samples, table.target, min_samples),
-        }
+    curve = acc_at.mean(axis=0)  # Best-of-n's mean acceptance (index n - 1)
+    cap = best_of_n_cap(curve, table.target, min_samples, table.cap_factor) if capped else None
+    hi, slope, acc, samples, truncated = bisect_offset(
+        base, shrink, acc_at, table.target, SLOPES, last=cap
+    )
+    calibrated = replace(
+        table,
+        offset=hi,
+        slope=slope,
+        simulated_acceptance=acc,
+        simulated_samples=samples,
+        fixed_n=fixed_n_for(curve, acc, samples, table.target, min_samples),
+        cap=cap,
     )
     return calibrated, truncated
 
@@ -350,6 +388,29 @@ def bisect_offset(
             choice = (hi, slope, acc, samples, float((dmax[:, -1] < hi).mean()))
     assert choice is not None
     return choice
+
+
+def best_of_n_cap(
+    curve: np.ndarray, target: float, min_samples: int, factor: float = 1.0
+) -> int | None:
+    """``factor`` times the least n whose Best-of-n mean acceptance on the simulated streams
+    (``curve``, index n - 1) reaches ``target``, at least ``min_samples``: a table rule's last
+    draw; None where no n in the simulated horizon reaches it.
+
+    Why: the rule stops where a request's best, standardised by its own mean and sd, reaches a
+    threshold set for the deployment's pooled shape. A prompt whose rewards come in a few tight
+    lumps (a judge's levels, answers that agree) ends below that shape's tail, and its best may
+    never reach the threshold: on such prompts a fifth of the requests ran to the shape-free
+    bound (229 draws at 0.9; docs/robust-stopping.md, "Lumps: a Best-of-N ends the table rule's
+    run"). The censored table's rule has ended at its Best-of-N (``factor`` 1) since 2026-11-30
+    (:mod:`stoppers.robust.floor_table`); the plain table's at twice it
+    (``TABLE_CAP_FACTOR``). The calibration runs with the cap, so the offset already counts the
+    capped streams' acceptance.
+    """
+    reached = np.flatnonzero(curve >= target)
+    if not reached.size:
+        return None
+    return max(math.ceil(factor * (int(reached[0]) + 1)), int(min_samples))
 
 
 def fixed_n_for(

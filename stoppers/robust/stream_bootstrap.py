@@ -182,15 +182,44 @@ class StreamPrompts:
         return len(self.kernels) > 0 and self.width_ratio <= LUMPY_WIDTH_RATIO
 
     @cached_property
+    def _read(self) -> list[tuple[_Kernels, np.ndarray, np.ndarray, float]]:
+        """(kernels, grid, F, kappa) of each stream whose F reaches alpha."""
+        read = []
+        for k in self.kernels:
+            dist = _distribution(k, self.floor, self.ceiling, self.alpha)
+            if dist is not None:
+                read.append((k, *dist))
+        return read
+
+    @cached_property
     def prompts(self) -> list[tuple[np.ndarray, np.ndarray]]:
         prompts = []
-        for k in self.kernels:
-            read = _distribution(k, self.floor, self.ceiling, self.alpha)
-            if read is not None:
-                grid, cdf, kappa = read
-                with np.errstate(divide="ignore"):
-                    prompts.append((np.log(cdf), acceptance_rate(grid, kappa)))
+        for _, grid, cdf, kappa in self._read:
+            with np.errstate(divide="ignore"):
+                prompts.append((np.log(cdf), acceptance_rate(grid, kappa)))
         return prompts
+
+    def draw(
+        self, streams: int, length: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``streams`` simulated reward streams of ``length`` draws, from the pseudo-prompts in
+        turn, and each one's kappa: the smoothed bootstrap itself - one of the stream's rewards
+        at random, a value at the floor or the ceiling kept as it is, any other moved by the
+        stream's kernel width and kept within the ends (what :func:`_distribution` reads)."""
+        read = self._read
+        x = np.empty((streams, length))
+        kappa = np.empty(streams)
+        lo = -np.inf if self.floor is None else self.floor
+        hi = np.inf if self.ceiling is None else self.ceiling
+        for i in range(streams):
+            k, _, _, kappa[i] = read[i % len(read)]
+            pick = rng.integers(0, k.size, length) - k.floor_count  # < 0: the floor's atom
+            inner = pick < k.inner.size
+            moved = k.inner[np.clip(pick, 0, k.inner.size - 1)] + k.width * rng.standard_normal(
+                length
+            )
+            x[i] = np.where(pick < 0, lo, np.where(inner, np.clip(moved, lo, hi), hi))
+        return x, kappa
 
 
 def pseudo_prompts(
