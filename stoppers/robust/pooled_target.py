@@ -22,10 +22,10 @@ deployment's kept streams read so (:attr:`~stoppers.robust.stream_bootstrap.Stre
 and its tails light, the table is calibrated on streams drawn from them
 (:func:`~stoppers.robust.shape_prior.streams_calibrated`): its rule's offset, its Best-of-N and
 the cap that ends either rule's run (docs/robust-stopping.md, "Lumps: the table calibrated on
-the streams"). Where ten or more streams of 24 rewards read lumpy but the
-deployment's tails read heavy (the kernels would place a heavy tail's benchmark too low), the
-request runs the cold start: on such prompts the smooth shape's rule, capped at twice its
-Best-of-N, drew 84-92 rewards where the cold start drew 25.
+the streams"). Where ten or more streams of 24 rewards read lumpy but the table is not
+calibrated on them (the deployment's tails read heavy, and the kernels would place a heavy
+tail's benchmark too low), the request runs the cold start: on such prompts the smooth shape's
+rule, capped at twice its Best-of-N, drew 84-92 rewards where the cold start drew 25.
 
 Best-of-N where the table rule does not pay: where the table's own simulation finds that its rule
 draws about as many rewards as the Best-of-N that delivers the same (``StopTable.fixed_n``,

@@ -619,7 +619,8 @@ class ShapePrior:
                 return streams_best_of_n(table, prompts.prompts, min_samples, horizon)
             if len(prompts.prompts) < BOOTSTRAP_MIN_STREAMS:
                 return table  # too few streams to read: a few smooth ones may read lumpy
-            # heavy tails pass the kernels: a lumpy deployment's requests then run their own rule
+            # heavy tails pass the kernels: a lumpy deployment's requests then run their own rule,
+            # as where the streams' Best-of-N does not reach the target within the simulation
             if light_tails:
                 table = streams_calibrated(table, prompts, min_samples, horizon)
             return table if table.on_streams else replace(table, lumpy=True)
