@@ -22,10 +22,8 @@ deployment's kept streams read so (:attr:`~stoppers.robust.stream_bootstrap.Stre
 and its tails light, the table is calibrated on streams drawn from them
 (:func:`~stoppers.robust.shape_prior.streams_calibrated`): its rule's offset, its Best-of-N and
 the cap that ends either rule's run (docs/robust-stopping.md, "Lumps: the table calibrated on
-the streams"). Where ten or more streams of 24 rewards read lumpy but the table is not
-calibrated on them (the deployment's tails read heavy, and the kernels would place a heavy
-tail's benchmark too low), the request runs the cold start: on such prompts the smooth shape's
-rule, capped at twice its Best-of-N, drew 84-92 rewards where the cold start drew 25.
+the streams"). Where the tails read heavy the kernels would place a heavy tail's benchmark too
+low, and the smooth shape's table stays, capped.
 
 Best-of-N where the table rule does not pay: where the table's own simulation finds that its rule
 draws about as many rewards as the Best-of-N that delivers the same (``StopTable.fixed_n``,
@@ -142,9 +140,6 @@ class PooledTargetAcceptance(StoppingPolicy):
                 self._p_above = AbovePosterior(table.log_g)
             # else a cached table for a floor the deployment has since gone below (the gateway
             # uses stale tables while the new one is built): the cold start, until it is
-        elif self._table is not None and self._table.lumpy:
-            # lumpy streams the table could not be calibrated on (module docstring)
-            self._table = None
         elif self._table is not None and prior is not None and prior.piled_floor() is not None:
             # a floor the rewards pile up at, before the censored table can be built (too few
             # interiors) or while the newest table predates it: the plain table's shape holds

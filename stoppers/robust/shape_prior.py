@@ -603,8 +603,9 @@ class ShapePrior:
         def build() -> AnyTable:
             table = build_shaped()
             plain = isinstance(table, StopTable)
-            # a lattice's streams hold only the levels they drew
-            if step is not None or not (plain or (_best_of_n_sizes(table) and light_tails)):
+            # a lattice's streams hold only the levels they drew; heavy tails pass the kernels
+            # (they would place a heavy tail's benchmark too low)
+            if step is not None or not light_tails or not (plain or _best_of_n_sizes(table)):
                 return table
             key = (requests, len(kept), alpha, ends)
             if key not in prompts_cache:
@@ -615,15 +616,9 @@ class ShapePrior:
             prompts = prompts_cache[key]
             if not prompts.lumpy:  # smooth streams: the table's own smooth shape is right
                 return table
-            if not plain:
-                return streams_best_of_n(table, prompts.prompts, min_samples, horizon)
-            if len(prompts.prompts) < BOOTSTRAP_MIN_STREAMS:
-                return table  # too few streams to read: a few smooth ones may read lumpy
-            # heavy tails pass the kernels: a lumpy deployment's requests then run their own rule,
-            # as where the streams' Best-of-N does not reach the target within the simulation
-            if light_tails:
-                table = streams_calibrated(table, prompts, min_samples, horizon)
-            return table if table.on_streams else replace(table, lumpy=True)
+            if plain:
+                return streams_calibrated(table, prompts, min_samples, horizon)
+            return streams_best_of_n(table, prompts.prompts, min_samples, horizon)
 
         def build_shaped() -> AnyTable:
             if censored is not None:
@@ -796,7 +791,7 @@ def streams_calibrated(
     :func:`streams_best_of_n`; where the pseudo-prompts' Best-of-N does not reach the target
     within the simulated streams the table stays as it is."""
     if len(prompts.prompts) < BOOTSTRAP_MIN_STREAMS:
-        return table
+        return table  # too few streams to read: a few smooth ones may read lumpy
     length = min(horizon, SIM_HORIZON)
     x, kappa = prompts.draw(SIM_STREAMS, length, np.random.default_rng([table.requests, 13]))
     calibrated, _ = calibrated_on(table, x, kappa, min_samples)

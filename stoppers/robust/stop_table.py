@@ -115,11 +115,6 @@ class StopTable:
     # calibrated on the kept streams' pseudo-prompts (shape_prior.streams_calibrated), not on
     # the smooth shape: each prompt's own lumps, which no pooled shape's modes describe
     on_streams: bool = False
-    # the kept streams read lumpy but the table was not calibrated on them (the deployment's
-    # tails read heavy, or their Best-of-N does not reach the target within the simulated
-    # streams): the smooth shape describes no prompt, and requests run their own rule
-    # (pooled_target's cold start)
-    lumpy: bool = False
 
     def scale(self, n: int, sd: float) -> float:
         """Posterior-mean log scale, exponentiated: own sd shrunk to the learned scales."""
