@@ -348,7 +348,7 @@ def _calibrated(
     floor_hit = (count == 0.0) & floor_ok[None, :] & (n >= min_samples)
     floor_stop = np.where(floor_hit.any(axis=1), np.argmax(floor_hit, axis=1), t)
     curve = acc_at.mean(axis=0)  # Best-of-n's mean acceptance (index n - 1)
-    cap = best_of_n_cap(curve, table.target, min_samples)
+    cap = best_of_n_cap(curve, table.target, min_samples, table.cap_factor)
     offset, slope, acc, samples, _ = bisect_offset(
         base, shrink, acc_at, table.target, (0.0, 0.75, *SLOPES), last=cap, forced=floor_stop
     )

@@ -397,8 +397,8 @@ def best_of_n_cap(
     threshold set for the deployment's pooled shape. A prompt whose rewards come in a few tight
     lumps (a judge's levels, answers that agree) ends below that shape's tail, and its best may
     never reach the threshold: on such prompts a fifth of the requests ran to the shape-free
-    bound (229 draws at 0.9; docs/robust-stopping.md, "Lumps: a Best-of-N ends the table rule's
-    run"). The censored table's rule has ended at its Best-of-N (``factor`` 1) since 2026-11-30
+    bound (229 draws at 0.9; docs/robust-stopping.md, "Lumps: the table calibrated on the
+    streams"). The censored table's rule has ended at its Best-of-N (``factor`` 1) since 2026-11-30
     (:mod:`stoppers.robust.floor_table`); the plain table's at twice it
     (``TABLE_CAP_FACTOR``). The calibration runs with the cap, so the offset already counts the
     capped streams' acceptance.
