@@ -44,6 +44,7 @@ def test_a_rare_better_mode_keeps_its_place_in_the_fitted_shape(monkeypatch) -> 
     true99 = _standardised_quantile(_rare_mode, 0.99)
     kept, ended = sl.fit_shapes(streams, st.Z_EDGES)
     assert ended is None
+    assert sl.fit_shape_with_end(streams, st.Z_EDGES) == (pytest.approx(kept), False, True)
     assert _quantile(kept, 0.99) == pytest.approx(true99, abs=0.15)
     monkeypatch.setattr(sl, "TAIL_MODE_EVIDENCE", np.inf)  # the GPD tail, as before
     smoothed, _ = sl.fit_shapes(streams, st.Z_EDGES)
@@ -60,6 +61,7 @@ def test_smooth_tails_keep_the_gpd(family: str, monkeypatch) -> None:
 
     streams = _streams(draw, seed=2)
     fitted, _ = sl.fit_shapes(streams, st.Z_EDGES)
+    assert not sl.fit_shape_with_end(streams, st.Z_EDGES).tail_mode
     monkeypatch.setattr(sl, "TAIL_MODE_EVIDENCE", np.inf)
     before, _ = sl.fit_shapes(streams, st.Z_EDGES)
     np.testing.assert_array_equal(fitted, before)

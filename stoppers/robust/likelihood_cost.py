@@ -200,7 +200,9 @@ class FittedShape:
     two modes on their own (:func:`stoppers.robust.bimodality.two_mode_share`; None for a
     one-mode fit, for a fit without testable streams, and for a shape not made by :meth:`fit`);
     ``ended``: the streams ended its tail (a bounded tail read from them by likelihood,
-    :func:`~stoppers.robust.shape_likelihood.fit_shape_with_end`): rewards with a hard upper end.
+    :func:`~stoppers.robust.shape_likelihood.fit_shape_with_end`): rewards with a hard upper end;
+    ``tail_mode``: the streams showed a better mode in its top tenth, which its tail keeps (a
+    few percent of much better answers, in a weight each prompt has its own of).
     """
 
     p: np.ndarray
@@ -209,6 +211,7 @@ class FittedShape:
     tied: float
     two_mode_share: float | None = None
     ended: bool = False
+    tail_mode: bool = False
 
     @classmethod
     def fit(
@@ -220,15 +223,15 @@ class FittedShape:
         fit = fit_shape_with_end(dequantized(streams, step), EDGES)
         if fit is None:
             return None
-        p, ended = fit
-        share = two_mode_share(streams) if count_modes(p) > 1 else None
+        share = two_mode_share(streams) if count_modes(fit.shape) > 1 else None
         return cls(
-            p=p,
+            p=fit.shape,
             requests=int(requests),
             streams=len(streams),
             tied=tied_fraction(streams),
             two_mode_share=share,
-            ended=ended,
+            ended=fit.ended,
+            tail_mode=fit.tail_mode,
         )
 
     def __post_init__(self) -> None:

@@ -28,11 +28,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from scipy import ndimage, optimize, special, stats
 
-__all__ = ["MIN_STREAM", "fit_shape", "fit_shape_with_end", "fit_shapes", "standardise_shape"]
+__all__ = [
+    "MIN_STREAM",
+    "ShapeFit",
+    "fit_shape",
+    "fit_shape_with_end",
+    "fit_shapes",
+    "standardise_shape",
+]
 
 MIN_STREAM = 4  # rewards a stream needs before its sd says anything
 NODES = np.linspace(-6.0, 6.0, 13)  # nuisance grid, in normal-theory standard errors
@@ -72,17 +80,28 @@ def fit_shape(streams: Sequence[Sequence[float]], edges: np.ndarray) -> np.ndarr
     return None if fit is None else fit[0]
 
 
-def fit_shape_with_end(
-    streams: Sequence[Sequence[float]], edges: np.ndarray
-) -> tuple[np.ndarray, bool] | None:
-    """(shape, ended): :func:`fit_shape`, and whether the streams ended its tail
-    (:func:`_ended_tail`: a bounded GPD fitted to them beat the histogram's tail): the ended
-    shape where they did, else the open one. The EM's settings are :func:`fit_shapes`'s."""
-    fit = fit_shapes(streams, edges)
+class ShapeFit(NamedTuple):
+    """What :func:`fit_shape_with_end` read from the streams: the shape (bin probabilities),
+    whether the streams ended its tail (a bounded GPD fitted to them beat the histogram's tail,
+    :func:`_ended_tail`), and whether they showed a better mode in its top tenth, so that it
+    keeps the histogram's own tail (:func:`_tail_has_a_mode`)."""
+
+    shape: np.ndarray
+    ended: bool
+    tail_mode: bool
+
+
+def fit_shape_with_end(streams: Sequence[Sequence[float]], edges: np.ndarray) -> ShapeFit | None:
+    """:func:`fit_shape`, with the streams' end and the mode in the tail read
+    (:class:`ShapeFit`): the ended shape where the streams end the tail, else the open one. The
+    EM's settings are :func:`fit_shapes`'s."""
+    fit = _fit(streams, edges)
     if fit is None:
         return None
-    open_shape, ended = fit
-    return (open_shape, False) if ended is None else (ended, True)
+    open_shape, ended, tail_mode = fit
+    if ended is None:
+        return ShapeFit(open_shape, False, tail_mode)
+    return ShapeFit(ended, True, False)
 
 
 def fit_shapes(
@@ -99,6 +118,28 @@ def fit_shapes(
     bounded tail (else None). The open shape's tail is a GPD fitted to the histogram's, unless
     the streams do not end the tail and show a better mode in it (:func:`_tail_has_a_mode`):
     then it is the histogram's own. None if no stream is usable."""
+    fit = _fit(
+        streams,
+        edges,
+        iterations=iterations,
+        smoothing=smoothing,
+        tail_mass=tail_mass,
+        read_end=read_end,
+    )
+    return None if fit is None else fit[:2]
+
+
+def _fit(
+    streams: Sequence[Sequence[float]],
+    edges: np.ndarray,
+    *,
+    iterations: int = EM_ITERATIONS,
+    smoothing: float = SMOOTHING,
+    tail_mass: float = TAIL_MASS,
+    read_end: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None, bool] | None:
+    """(open, ended, tail mode): :func:`fit_shapes`, and whether the open shape kept the
+    histogram's own tail for a mode in it."""
     data = _Nodes.of(streams)
     if data is None:
         return None
@@ -109,9 +150,9 @@ def fit_shapes(
     f = f / f.sum()
     ended = _ended_tail(data, f, _EM_EDGES, tail_mass) if read_end else None
     if ended is None and _tail_has_a_mode(data, f, width, tail_mass):
-        return _rebin(f, _EM_EDGES, edges), None  # the histogram's own tail, mode and all
+        return _rebin(f, _EM_EDGES, edges), None, True  # the histogram's own tail, mode and all
     open_shape = _gpd_tail(_rebin(f, _EM_EDGES, edges), edges, tail_mass)
-    return open_shape, None if ended is None else _rebin(ended, _EM_EDGES, edges)
+    return open_shape, None if ended is None else _rebin(ended, _EM_EDGES, edges), False
 
 
 def _tail_has_a_mode(data: _Nodes, f: np.ndarray, width: float, tail_mass: float) -> bool:
