@@ -355,3 +355,21 @@ def test_prompts_that_differ_in_a_rare_better_modes_weight_decide_on_the_fit(mon
     smoothed = _prior_of(rows, 96)
     assert ShapePandora(1e-3, prior=smoothed, **untrusted).fitted_shape is None
     assert not smoothed.likelihood_shape.tail_mode
+
+
+def test_a_trusted_shape_with_a_far_mode_is_decided_on_the_likelihood_not_the_moments():
+    """Prompts that share one rare far mode (3% of their answers five sds up) pass the
+    shared-shape tests; the recorded shape's running standardisation smears the mode, so the
+    fit that keeps it decides, as on a trusted two-mode shape."""
+    rng = np.random.default_rng(21)
+    prior = CostShapePrior()
+    for _ in range(60):
+        far = rng.random(96) < 0.03
+        z = np.where(far, rng.normal(5.0, 0.7, 96), rng.standard_normal(96))
+        prior.update((rng.normal(0.0, 2.0) + math.exp(rng.normal(0.0, 0.4)) * z).tolist())
+    assert not shapes_differ(prior)
+    policy = ShapePandora(1e-3, prior=prior)
+    assert policy.warm and policy.shape is None
+    assert policy.fitted_shape is not None and policy.fitted_shape.tail_mode
+    moments = ShapePandora(1e-3, prior=prior, likelihood=False)
+    assert moments.warm and moments.shape is not None
