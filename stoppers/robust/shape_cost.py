@@ -34,11 +34,14 @@ likelihood path") - but it needs most of its streams to be bimodal on their own 
 (docs/robust-stopping.md, "A two-mode fit must be the deployment's"). A one-mode fit decides only
 until a shared-shape test finds the prompts differ (2026-11-27): fitted to prompts of different
 families it is a blend that fits none of them (``_untrusted_shape``; docs/robust-stopping.md,
-"Heterogeneous continuous deployments"). Where the tests do trust the shape, the moment path below
-stays: on exponential rewards it earned more (long deployments, docs/robust-stopping.md). Where the
-learned shape may be a blend - a one-mode fit before trust, any learned shape while the shared-shape
-tests are early - the cold start runs alongside and caps the request at ``BLEND_CAP`` times its own
-stop: the learned shape may search further than the request's own tail says, not without end.
+"Heterogeneous continuous deployments"). A fit that keeps a far better mode in its top tenth
+decides as a two-mode fit does, before trust and after (2026-12-01: prompts with a rare far mode,
+each in its own weight; docs/robust-stopping.md, "A rare far mode decides on the fit"). Where the
+tests do trust the shape, the moment path below stays: on exponential rewards it earned more (long
+deployments, docs/robust-stopping.md). Where the learned shape may be a blend - a one-mode fit
+before trust, any learned shape while the shared-shape tests are early - the cold start runs
+alongside and caps the request at ``BLEND_CAP`` times its own stop: the learned shape may search
+further than the request's own tail says, not without end.
 
 Until the prior is trusted - ``warm_requests`` requests, 10 / (1 - alpha) pooled draws, and both
 shared-shape tests passed - or without a prior, the policy is
