@@ -202,7 +202,7 @@ class FittedShape:
     ``ended``: the streams ended its tail (a bounded tail read from them by likelihood,
     :func:`~stoppers.robust.shape_likelihood.fit_shape_with_end`): rewards with a hard upper end;
     ``tail_mode``: the streams showed a better mode in its top tenth, which its tail keeps (a
-    few percent of much better answers, in a weight each prompt has its own of).
+    few percent of much better answers; each prompt may hold its own share of them).
     """
 
     p: np.ndarray
