@@ -42,12 +42,14 @@ def test_a_rare_better_mode_keeps_its_place_in_the_fitted_shape(monkeypatch) -> 
     against the true 3.79 / 4.73; the histogram's own tail 3.83 / 4.51."""
     streams = _streams(_rare_mode, seed=1)
     true99 = _standardised_quantile(_rare_mode, 0.99)
-    kept, ended = sl.fit_shapes(streams, st.Z_EDGES)
-    assert ended is None
-    assert sl.fit_shape_with_end(streams, st.Z_EDGES) == (pytest.approx(kept), False, True)
+    kept, ended, tail_mode = sl.fit_shapes(streams, st.Z_EDGES)
+    assert ended is None and tail_mode
+    read = sl.fit_shape_with_end(streams, st.Z_EDGES)
+    assert read.tail_mode and not read.ended
+    np.testing.assert_array_equal(read.shape, kept)
     assert _quantile(kept, 0.99) == pytest.approx(true99, abs=0.15)
     monkeypatch.setattr(sl, "TAIL_MODE_EVIDENCE", np.inf)  # the GPD tail, as before
-    smoothed, _ = sl.fit_shapes(streams, st.Z_EDGES)
+    smoothed, *_ = sl.fit_shapes(streams, st.Z_EDGES)
     assert _quantile(smoothed, 0.99) < true99 - 0.15
     assert _quantile(smoothed, 0.999) > _quantile(kept, 0.999) + 1.0
 
@@ -60,8 +62,8 @@ def test_smooth_tails_keep_the_gpd(family: str, monkeypatch) -> None:
         return rng.standard_normal(size) if family == "normal" else rng.gumbel(size=size)
 
     streams = _streams(draw, seed=2)
-    fitted, _ = sl.fit_shapes(streams, st.Z_EDGES)
-    assert not sl.fit_shape_with_end(streams, st.Z_EDGES).tail_mode
+    fitted, _, tail_mode = sl.fit_shapes(streams, st.Z_EDGES)
+    assert not tail_mode
     monkeypatch.setattr(sl, "TAIL_MODE_EVIDENCE", np.inf)
-    before, _ = sl.fit_shapes(streams, st.Z_EDGES)
+    before, *_ = sl.fit_shapes(streams, st.Z_EDGES)
     np.testing.assert_array_equal(fitted, before)

@@ -35,7 +35,8 @@ from scipy import ndimage, optimize, special, stats
 
 __all__ = [
     "MIN_STREAM",
-    "ShapeFit",
+    "ChosenShape",
+    "ShapeFits",
     "fit_shape",
     "fit_shape_with_end",
     "fit_shapes",
@@ -80,28 +81,38 @@ def fit_shape(streams: Sequence[Sequence[float]], edges: np.ndarray) -> np.ndarr
     return None if fit is None else fit[0]
 
 
-class ShapeFit(NamedTuple):
-    """What :func:`fit_shape_with_end` read from the streams: the shape (bin probabilities),
-    whether the streams ended its tail (a bounded GPD fitted to them beat the histogram's tail,
-    :func:`_ended_tail`), and whether they showed a better mode in its top tenth, so that it
-    keeps the histogram's own tail (:func:`_tail_has_a_mode`)."""
+class ChosenShape(NamedTuple):
+    """The shape :func:`fit_shape_with_end` chose from :func:`fit_shapes`' reading: the shape
+    (bin probabilities; the ended one where the streams end the tail), whether they ended it (a
+    bounded GPD fitted to them beat the histogram's tail, :func:`_ended_tail`), and whether they
+    showed a better mode in its top tenth, so that it keeps the histogram's own tail
+    (:func:`_tail_has_a_mode`)."""
 
     shape: np.ndarray
     ended: bool
     tail_mode: bool
 
 
-def fit_shape_with_end(streams: Sequence[Sequence[float]], edges: np.ndarray) -> ShapeFit | None:
+def fit_shape_with_end(streams: Sequence[Sequence[float]], edges: np.ndarray) -> ChosenShape | None:
     """:func:`fit_shape`, with the streams' end and the mode in the tail read
-    (:class:`ShapeFit`): the ended shape where the streams end the tail, else the open one. The
+    (:class:`ChosenShape`): the ended shape where the streams end the tail, else the open one. The
     EM's settings are :func:`fit_shapes`'s."""
-    fit = _fit(streams, edges)
+    fit = fit_shapes(streams, edges)
     if fit is None:
         return None
     open_shape, ended, tail_mode = fit
     if ended is None:
-        return ShapeFit(open_shape, False, tail_mode)
-    return ShapeFit(ended, True, False)
+        return ChosenShape(open_shape, False, tail_mode)
+    return ChosenShape(ended, True, False)
+
+
+class ShapeFits(NamedTuple):
+    """:func:`fit_shapes`' reading: the open shape, the ended one (None where the streams do not
+    end the tail), and whether the open shape kept the histogram's own tail for a mode in it."""
+
+    open: np.ndarray
+    ended: np.ndarray | None
+    tail_mode: bool
 
 
 def fit_shapes(
@@ -112,34 +123,13 @@ def fit_shapes(
     smoothing: float = SMOOTHING,
     tail_mass: float = TAIL_MASS,
     read_end: bool = True,
-) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """(open, ended) from one EM fit: the shape with the histogram's tail and, where the streams
-    end the tail (:func:`_ended_tail`; not tested without ``read_end``), the shape with their
-    bounded tail (else None). The open shape's tail is a GPD fitted to the histogram's, unless
-    the streams do not end the tail and show a better mode in it (:func:`_tail_has_a_mode`):
-    then it is the histogram's own. None if no stream is usable."""
-    fit = _fit(
-        streams,
-        edges,
-        iterations=iterations,
-        smoothing=smoothing,
-        tail_mass=tail_mass,
-        read_end=read_end,
-    )
-    return None if fit is None else fit[:2]
-
-
-def _fit(
-    streams: Sequence[Sequence[float]],
-    edges: np.ndarray,
-    *,
-    iterations: int = EM_ITERATIONS,
-    smoothing: float = SMOOTHING,
-    tail_mass: float = TAIL_MASS,
-    read_end: bool = True,
-) -> tuple[np.ndarray, np.ndarray | None, bool] | None:
-    """(open, ended, tail mode): :func:`fit_shapes`, and whether the open shape kept the
-    histogram's own tail for a mode in it."""
+) -> ShapeFits | None:
+    """(open, ended, tail mode) from one EM fit: the shape with the histogram's tail and, where
+    the streams end the tail (:func:`_ended_tail`; not tested without ``read_end``), the shape
+    with their bounded tail (else None). The open shape's tail is a GPD fitted to the
+    histogram's, unless the streams do not end the tail and show a better mode in it
+    (:func:`_tail_has_a_mode`): then it is the histogram's own, and ``tail_mode`` is True. None
+    if no stream is usable."""
     data = _Nodes.of(streams)
     if data is None:
         return None
@@ -150,9 +140,9 @@ def _fit(
     f = f / f.sum()
     ended = _ended_tail(data, f, _EM_EDGES, tail_mass) if read_end else None
     if ended is None and _tail_has_a_mode(data, f, width, tail_mass):
-        return _rebin(f, _EM_EDGES, edges), None, True  # the histogram's own tail, mode and all
+        return ShapeFits(_rebin(f, _EM_EDGES, edges), None, True)  # the histogram's own tail
     open_shape = _gpd_tail(_rebin(f, _EM_EDGES, edges), edges, tail_mass)
-    return open_shape, None if ended is None else _rebin(ended, _EM_EDGES, edges), False
+    return ShapeFits(open_shape, None if ended is None else _rebin(ended, _EM_EDGES, edges), False)
 
 
 def _tail_has_a_mode(data: _Nodes, f: np.ndarray, width: float, tail_mass: float) -> bool:

@@ -657,7 +657,7 @@ class ShapePrior:
                 if cached is None:
                     fit = fit_shapes(dequantized(streams, step), Z_EDGES)
                     if fit is not None:
-                        fitted, ended = fit
+                        fitted, ended, _ = fit
                         fitted_cache.clear()
                         fitted_cache[requests] = (fitted, ended is not None)
                 if fitted is not None:
