@@ -340,8 +340,8 @@ def test_the_shared_shape_bar_is_stricter_while_the_tests_are_noisy():
 def test_prompts_that_differ_in_a_rare_better_modes_weight_decide_on_the_fit(monkeypatch):
     """`rare-mode` prompts (1-5% of their answers five sds up, each prompt its own share) fail
     the shared-shape tests, as prompts of different families do, yet share the mode: a fit that
-    keeps the mode in its tail decides (replayed: 0.968 -> 0.981 of the best fixed N at
-    c = 1e-3, 24 prompts x 20 deployments), where a fit that smooths it into a GPD tail leaves
+    keeps the mode in its tail decides (replayed: 0.977 -> 0.993 of the best fixed N at
+    c = 1e-3, 24 prompts x 100 deployments), where a fit that smooths it into a GPD tail leaves
     the request to the cold start."""
     from stoppers.robust import shape_likelihood
 
