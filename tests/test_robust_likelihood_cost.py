@@ -13,6 +13,7 @@ import pytest
 from scipy import integrate, special, stats
 
 from stoppers.replay.synth import SynthSpec, generate
+from stoppers.robust import shape_likelihood
 from stoppers.robust.ceiling import ceiling_of
 from stoppers.robust.cost_prior import (
     EARLY_MAX_DISPERSION,
@@ -343,8 +344,6 @@ def test_prompts_that_differ_in_a_rare_better_modes_weight_decide_on_the_fit(mon
     keeps the mode in its tail decides (replayed: 0.977 -> 0.993 of the best fixed N at
     c = 1e-3, 24 prompts x 100 deployments), where a fit that smooths it into a GPD tail leaves
     the request to the cold start."""
-    from stoppers.robust import shape_likelihood
-
     rows = generate(SynthSpec(family="rare-mode", prompts=40, samples=96, seed=0))["rewards"]
     untrusted = {"warm_requests": 10**9}  # the moment path held off
     rare = _prior_of(rows, 96)
