@@ -78,7 +78,7 @@ def fit_shape(streams: Sequence[Sequence[float]], edges: np.ndarray) -> np.ndarr
     ``MIN_STREAM`` rewards or no spread are skipped). None if no stream is usable.
     """
     fit = fit_shapes(streams, edges, read_end=False)
-    return None if fit is None else fit[0]
+    return None if fit is None else fit.open
 
 
 class ChosenShape(NamedTuple):

@@ -657,9 +657,9 @@ class ShapePrior:
                 if cached is None:
                     fit = fit_shapes(dequantized(streams, step), Z_EDGES)
                     if fit is not None:
-                        fitted, ended, _ = fit
+                        fitted = fit.open
                         fitted_cache.clear()
-                        fitted_cache[requests] = (fitted, ended is not None)
+                        fitted_cache[requests] = (fitted, fit.ended is not None)
                 if fitted is not None:
                     shape = fitted
             return build_table(
