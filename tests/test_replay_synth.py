@@ -12,6 +12,7 @@ from stoppers.replay.synth import (
     HELD_OUT_2,
     HELD_OUT_3,
     HELD_OUT_4,
+    HELD_OUT_5,
     LUMPY_FAMILIES,
     SynthSpec,
     generate,
@@ -34,7 +35,7 @@ def test_every_family_is_seeded_and_finite(family: str) -> None:
     [
         f
         for f in FAMILIES
-        if f not in ("clipped", "mixed", *HELD_OUT_3, *HELD_OUT_4, *LUMPY_FAMILIES)
+        if f not in ("clipped", "mixed", "wide-lumps", *HELD_OUT_3, *HELD_OUT_4, *LUMPY_FAMILIES)
     ],
 )
 def test_location_and_scale_vary_across_prompts(family: str) -> None:
@@ -121,6 +122,45 @@ def test_rounded_family_is_a_lattice_without_a_clip() -> None:
     # the same draws as `clipped` with a bound nothing reaches
     same = SynthSpec(family="clipped", prompts=60, samples=400, seed=0, bound=1e9, resolution=1.0)
     np.testing.assert_array_equal(r, generate(same)["rewards"])
+
+
+def _standardised_rows(family: str) -> np.ndarray:
+    out = generate(SynthSpec(family=family, prompts=200, samples=960, seed=0))
+    return (out["rewards"] - out["loc"][:, None]) / out["scale"][:, None]
+
+
+def _skewness(z: np.ndarray) -> np.ndarray:
+    c = z - z.mean(axis=1, keepdims=True)
+    return (c**3).mean(axis=1) / (c**2).mean(axis=1) ** 1.5
+
+
+def test_held_out_5_families_have_their_shapes() -> None:
+    """The families of 2026-12-01 (seventeenth session) hold what they are named for."""
+    assert set(HELD_OUT_5) <= set(FAMILIES)
+    # top-lump: a tight lump of 2-10% of the draws three bulk sds up, where the top percent
+    # sits (a bulk draw past it now and then)
+    z = np.sort(_standardised_rows("top-lump"), axis=1)
+    lump = np.median(z[:, -10:], axis=1, keepdims=True)  # the top 1% of 960
+    in_lump = np.mean(np.abs(z - lump) < 0.15, axis=1)
+    assert in_lump.min() > 0.01 and in_lump.max() < 0.15
+    assert np.mean(z[:, -1] - z[:, -10] < 0.3) > 0.6
+    # varied-gpd: tails from a soft end to a power law, prompt by prompt
+    skew = _skewness(_standardised_rows("varied-gpd"))
+    assert np.percentile(skew, 10) < 1.3 and np.percentile(skew, 90) > 4.0
+    # varied-skew: long right tails and near-hard upper ends in one deployment
+    skew = _skewness(_standardised_rows("varied-skew"))
+    assert (skew < -0.5).mean() > 0.3 and (skew > 0.5).mean() > 0.3
+    # heavy-t: a fourth moment that does not exist
+    z = _standardised_rows("heavy-t")
+    kurtosis = (z**4).mean(axis=1) / (z**2).mean(axis=1) ** 2
+    assert np.median(kurtosis) > 6.0
+    # saturated: pressed against the top (left-skewed), bounded by its own scale
+    skew = _skewness(_standardised_rows("saturated"))
+    assert (skew < 0).mean() > 0.7
+    # wide-lumps: three lumps of sd 0.35, so a prompt's draws fall in at most three clusters
+    out = generate(SynthSpec(family="wide-lumps", prompts=50, samples=960, seed=0))
+    z = np.sort((out["rewards"] - out["loc"][:, None]) / out["scale"][:, None], axis=1)
+    assert np.all(np.sum(np.diff(z, axis=1) > 0.5, axis=1) <= 2)
 
 
 def test_missing_fraction_leaves_nan_but_two_samples() -> None:

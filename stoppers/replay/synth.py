@@ -85,6 +85,23 @@ Built on 2026-12-01 (``LUMPY_FAMILIES``), not among ``mixed``'s choices:
   not held out (docs/robust-stopping.md, "Lumps: the table calibrated on the streams"; the
   held-out variant is described there).
 
+Held out on 2026-12-01 (seventeenth session, ``HELD_OUT_5``), built before any rule was run on
+them, to look for shapes both modes had not met; none is among ``mixed``'s choices:
+
+* ``top-lump`` — a bulk N(0, 1) and, with a per-prompt weight in [0.02, 0.10], a lump 3 higher
+  with sd 0.05: one better answer the generator returns now and then, scored alike each time
+  (the correct answer to a question with one), standardised;
+* ``wide-lumps`` — three lumps at standard normal centres with Dirichlet(1) weights, each a
+  normal of sd 0.35: ``lumpy`` with fewer, wider answers; not standardised;
+* ``varied-gpd`` — generalised Pareto with a per-prompt shape xi uniform in [-0.3, 0.4]: tails
+  from a soft upper end to a power law in one deployment, standardised;
+* ``heavy-t`` — Student-t with 2.5 degrees of freedom, scaled to unit variance (a fourth
+  moment that does not exist);
+* ``varied-skew`` — skew-normal with a per-prompt shape uniform in [-8, 8]: some prompts with a
+  long right tail, others with a near-hard upper end, standardised;
+* ``saturated`` — a classifier's probability that presses against 1: sigmoid(N(mu, 1.5^2))
+  with a per-prompt mu uniform in [0, 4], standardised by its own draws as ``sigmoid`` is.
+
 Output precision (2026-11-30): ``precision="bfloat16"`` (or ``"float16"``, ``"float32"``)
 rounds every reward to that format, as a reward model run in half precision on a GPU returns
 its scores (the reward worker's ``auto`` dtype; vLLM's pooling runner likewise). A bfloat16
@@ -109,6 +126,7 @@ __all__ = [
     "HELD_OUT_2",
     "HELD_OUT_3",
     "HELD_OUT_4",
+    "HELD_OUT_5",
     "LUMPY_FAMILIES",
     "PRECISIONS",
     "SynthSpec",
@@ -140,6 +158,7 @@ HELD_OUT_2 = (
 HELD_OUT_3 = ("floored", "judge")
 HELD_OUT_4 = ("repeats", "low-temperature")
 LUMPY_FAMILIES = ("lumpy",)
+HELD_OUT_5 = ("top-lump", "wide-lumps", "varied-gpd", "heavy-t", "varied-skew", "saturated")
 PRECISIONS = ("float64", "float32", "bfloat16", "float16")
 _CONTINUOUS_FAMILIES = tuple(f for f in _BASE_FAMILIES if f != "clipped")
 FAMILIES = (
@@ -152,6 +171,7 @@ FAMILIES = (
     *HELD_OUT_3,
     *HELD_OUT_4,
     *LUMPY_FAMILIES,
+    *HELD_OUT_5,
 )
 
 _SKEW_SHAPE = 4.0
@@ -297,6 +317,8 @@ def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         return _held_out_draws(family, size, rng)
     if family in _REPEATS_THETA:
         return _repeated_draws(size, rng, _REPEATS_THETA[family])
+    if family in HELD_OUT_5:
+        return _held_out_5_draws(family, size, rng)
     if family == "lumpy":
         centres = rng.standard_normal(_LUMPS)
         answer = rng.choice(_LUMPS, size, p=rng.dirichlet(np.ones(_LUMPS)))
@@ -329,9 +351,7 @@ def _held_out_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         mean = math.gamma(1.5)
         return (raw - mean) / math.sqrt(1.0 - mean**2)
     if family == "pareto":
-        xi = _PARETO_XI  # GPD(1, xi): mean 1 / (1 - xi), variance 1 / ((1 - xi)^2 (1 - 2 xi))
-        raw = np.expm1(-xi * np.log(rng.random(size))) / xi
-        return (raw - 1.0 / (1.0 - xi)) * (1.0 - xi) * math.sqrt(1.0 - 2.0 * xi)
+        return _standard_gpd(_PARETO_XI, size, rng)
     if family == "three-mode":
         u = rng.random(size)
         raw = np.where(
@@ -346,6 +366,41 @@ def _held_out_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         raw = np.where(good, rng.normal(5.0, 0.7, size), rng.standard_normal(size))
         return _standardise_mixture(raw, ((1.0 - weight, 0.0, 1.0), (weight, 5.0, 0.7)))
     raise ValueError(f"unknown family {family!r}")
+
+
+def _held_out_5_draws(family: str, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` draws from one of the :data:`HELD_OUT_5` families (standardised but for
+    ``wide-lumps``, whose mean and sd are its lumps')."""
+    if family == "top-lump":
+        weight = rng.uniform(0.02, 0.10)
+        good = rng.random(size) < weight
+        raw = np.where(good, rng.normal(3.0, 0.05, size), rng.standard_normal(size))
+        return _standardise_mixture(raw, ((1.0 - weight, 0.0, 1.0), (weight, 3.0, 0.05)))
+    if family == "wide-lumps":
+        centres = rng.standard_normal(3)
+        answer = rng.choice(3, size, p=rng.dirichlet(np.ones(3)))
+        return centres[answer] + rng.normal(0.0, 0.35, size)
+    if family == "varied-gpd":
+        return _standard_gpd(rng.uniform(-0.3, 0.4), size, rng)
+    if family == "heavy-t":
+        return rng.standard_t(2.5, size) / math.sqrt(5.0)  # variance df / (df - 2) = 5
+    if family == "varied-skew":
+        from scipy import stats
+
+        dist = stats.skewnorm(rng.uniform(-8.0, 8.0))
+        mean, var = dist.stats(moments="mv")
+        return (dist.rvs(size=size, random_state=rng) - mean) / math.sqrt(var)
+    if family == "saturated":
+        p = 1.0 / (1.0 + np.exp(-rng.normal(rng.uniform(0.0, 4.0), 1.5, size)))
+        return (p - p.mean()) / p.std()
+    raise ValueError(f"unknown family {family!r}")
+
+
+def _standard_gpd(xi: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` standardised draws of the generalised Pareto GPD(1, xi), xi < 1/2, xi != 0."""
+    raw = np.expm1(-xi * np.log(rng.random(size))) / xi
+    # GPD(1, xi): mean 1 / (1 - xi), variance 1 / ((1 - xi)^2 (1 - 2 xi))
+    return (raw - 1.0 / (1.0 - xi)) * (1.0 - xi) * math.sqrt(1.0 - 2.0 * xi)
 
 
 def _repeated_draws(
