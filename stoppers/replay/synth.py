@@ -98,7 +98,7 @@ them, to look for shapes both modes had not met; none is among ``mixed``'s choic
 * ``heavy-t`` — Student-t with 2.5 degrees of freedom, scaled to unit variance (a fourth
   moment that does not exist);
 * ``varied-skew`` — skew-normal with a per-prompt shape uniform in [-8, 8]: some prompts with a
-  long right tail, others with a near-hard upper end, standardised;
+  long right tail, others with a long left one and a short upper tail, standardised;
 * ``saturated`` — a classifier's probability that presses against 1: sigmoid(N(mu, 1.5^2))
   with a per-prompt mu uniform in [0, 4], standardised by its own draws as ``sigmoid`` is.
 
