@@ -297,11 +297,7 @@ def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
         raw = rng.gumbel(0.0, 1.0, size)
         return (raw - np.euler_gamma) / (math.pi / math.sqrt(6.0))
     if family == "skew-normal":
-        from scipy import stats  # only this family needs scipy.stats (slow to import)
-
-        dist = stats.skewnorm(_SKEW_SHAPE)
-        mean, var = dist.stats(moments="mv")
-        return (dist.rvs(size=size, random_state=rng) - mean) / math.sqrt(var)
+        return _standard_skewnorm(_SKEW_SHAPE, size, rng)
     if family == "student-t":
         raw = rng.standard_t(_T_DF, size)
         return raw / math.sqrt(_T_DF / (_T_DF - 2.0))
@@ -320,9 +316,7 @@ def _standard_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
     if family in HELD_OUT_5:
         return _held_out_5_draws(family, size, rng)
     if family == "lumpy":
-        centres = rng.standard_normal(_LUMPS)
-        answer = rng.choice(_LUMPS, size, p=rng.dirichlet(np.ones(_LUMPS)))
-        return centres[answer] + rng.normal(0.0, _LUMP_SD, size)
+        return _lump_draws(_LUMPS, _LUMP_SD, size, rng)
     if family == "mixture":
         weight = rng.uniform(0.1, 0.4)
         good = rng.random(size) < weight
@@ -342,8 +336,7 @@ def _held_out_draws(family: str, size: int, rng: np.random.Generator) -> np.ndar
     if family == "reflected-gamma":
         return (_GAMMA_K - rng.gamma(_GAMMA_K, 1.0, size)) / math.sqrt(_GAMMA_K)
     if family == "sigmoid":
-        p = 1.0 / (1.0 + np.exp(-rng.normal(1.0, 1.5, size)))
-        return (p - p.mean()) / p.std()  # the shape's moments have no closed form
+        return _standard_sigmoid(1.0, size, rng)
     if family == "laplace":
         return rng.laplace(0.0, 1.0, size) / math.sqrt(2.0)
     if family == "weibull":
@@ -377,23 +370,40 @@ def _held_out_5_draws(family: str, size: int, rng: np.random.Generator) -> np.nd
         raw = np.where(good, rng.normal(3.0, 0.05, size), rng.standard_normal(size))
         return _standardise_mixture(raw, ((1.0 - weight, 0.0, 1.0), (weight, 3.0, 0.05)))
     if family == "wide-lumps":
-        centres = rng.standard_normal(3)
-        answer = rng.choice(3, size, p=rng.dirichlet(np.ones(3)))
-        return centres[answer] + rng.normal(0.0, 0.35, size)
+        return _lump_draws(3, 0.35, size, rng)
     if family == "varied-gpd":
         return _standard_gpd(rng.uniform(-0.3, 0.4), size, rng)
     if family == "heavy-t":
         return rng.standard_t(2.5, size) / math.sqrt(5.0)  # variance df / (df - 2) = 5
     if family == "varied-skew":
-        from scipy import stats
-
-        dist = stats.skewnorm(rng.uniform(-8.0, 8.0))
-        mean, var = dist.stats(moments="mv")
-        return (dist.rvs(size=size, random_state=rng) - mean) / math.sqrt(var)
+        return _standard_skewnorm(rng.uniform(-8.0, 8.0), size, rng)
     if family == "saturated":
-        p = 1.0 / (1.0 + np.exp(-rng.normal(rng.uniform(0.0, 4.0), 1.5, size)))
-        return (p - p.mean()) / p.std()
+        return _standard_sigmoid(rng.uniform(0.0, 4.0), size, rng)
     raise ValueError(f"unknown family {family!r}")
+
+
+def _lump_draws(lumps: int, sd: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` draws of ``lumps`` answers at standard normal centres, Dirichlet(1) weights, each
+    scored with normal noise of ``sd`` (not standardised: the mean and sd are the lumps')."""
+    centres = rng.standard_normal(lumps)
+    answer = rng.choice(lumps, size, p=rng.dirichlet(np.ones(lumps)))
+    return centres[answer] + rng.normal(0.0, sd, size)
+
+
+def _standard_skewnorm(shape: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` standardised skew-normal draws of ``shape``."""
+    from scipy import stats  # only the skew-normal families need scipy.stats (slow to import)
+
+    dist = stats.skewnorm(shape)
+    mean, var = dist.stats(moments="mv")
+    return (dist.rvs(size=size, random_state=rng) - mean) / math.sqrt(var)
+
+
+def _standard_sigmoid(mu: float, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` probabilities sigmoid(N(mu, 1.5^2)), standardised by their own mean and sd (the
+    shape's moments have no closed form)."""
+    p = 1.0 / (1.0 + np.exp(-rng.normal(mu, 1.5, size)))
+    return (p - p.mean()) / p.std()
 
 
 def _standard_gpd(xi: float, size: int, rng: np.random.Generator) -> np.ndarray:
