@@ -13,12 +13,19 @@ from stoppers.faircap import acceptance_rate
 from stoppers.robust.shape_prior import streams_best_of_n
 from stoppers.robust.stream_bootstrap import (
     BOOTSTRAP_MIN_STREAMS,
+    CLUSTER_FLOOR,
+    LUMPY_WIDTH_RATIO,
+    TOP_CLUSTER_SHARE,
+    TOP_GAP_RATIO,
     _distribution,
     _kernels,
+    _widths,
     best_of_n_acceptance,
     bootstrap_n,
+    cluster_widths,
     loo_bandwidth,
     pseudo_prompts,
+    top_cluster_ratio,
 )
 
 ALPHA = 0.99
@@ -82,7 +89,8 @@ def test_normal_streams_give_the_normal_best_of_n_curve() -> None:
 def test_lumpy_prompts_recover_their_true_best_of_n() -> None:
     """Prompts each with their own lumps (sd 0.3) and floor share: the N read from one stream
     of 96 per prompt is never under the N their full distributions need by more than 10%, and
-    over it by at most 35% (the kernels widen the top lump: 38 -> 46 at 0.9 here)."""
+    over it by at most 35% (the kernels widen the top lump: 38 -> 44 at 0.9 here, 46 with one
+    width per stream)."""
     rng = np.random.default_rng(2)
     prompts = [_lumpy_prompt(rng) for _ in range(40)]
     streams = [list(rng.choice(p, 96, replace=False)) for p in prompts]
@@ -164,13 +172,15 @@ def test_lumpy_streams_are_told_from_smooth_ones() -> None:
 
 
 def test_the_gate_reads_widths_only_and_the_prompts_match_each_stream_read_alone() -> None:
-    """Telling smooth streams from lumpy ones computes no stream's F (on a smooth deployment
-    the F's would be discarded); read later, the pseudo-prompts are each stream's own."""
+    """Telling smooth streams from lumpy ones computes no stream's F nor its values' own
+    widths (on a smooth deployment they would be discarded); read later, the pseudo-prompts
+    are each stream's own."""
     rng = np.random.default_rng(8)
     normal = [rng.normal(loc, 1.0, 96) for loc in rng.normal(0.0, 2.0, 30)]
     read = pseudo_prompts(normal, alpha=ALPHA)
     assert not read.lumpy
     assert "prompts" not in vars(read)  # cached_property: not computed by the gate
+    assert not any("widths" in vars(k) for k in read.kernels)  # nor each value's own width
     assert len(read.prompts) == len(normal)
     for stream, (log_f, ar) in zip(normal, read.prompts, strict=True):
         grid, cdf, kappa = _distribution(_kernels(stream, None, None), None, None, ALPHA)
@@ -287,3 +297,81 @@ def test_a_lumpy_deployment_calibrates_its_table_on_the_streams() -> None:
     assert policy.uses_learned_prior and policy.cap == table.cap
     smooth = normal.table(0.9, min_samples=8, horizon=960)
     assert isinstance(smooth, StopTable) and not smooth.on_streams
+
+
+def _top_answer(rng: np.random.Generator, size: int = 20_000) -> np.ndarray:
+    """A prompt with one correct answer, drawn in 2-8% of its responses and scored alike (3 sds
+    up, noise sd 0.05), above a smooth normal bulk."""
+    weight = rng.uniform(0.02, 0.08)
+    return np.where(rng.random(size) < weight, rng.normal(3.0, 0.05, size), rng.normal(size=size))
+
+
+def test_a_lump_of_answers_scored_alike_gets_kernels_of_its_own_size() -> None:
+    """Six values 0.02 apart at the top of 90 normal ones: the one likelihood width fits the
+    bulk; the lump's own kernels are narrowed to a fraction of it (median under a quarter in
+    18 of 20 draws). Values that repeat exactly keep a width."""
+    narrowed = []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        x = np.concatenate([rng.normal(0.0, 1.0, 90), rng.normal(3.0, 0.02, 6)])
+        h, silverman = _widths(x)
+        widths = cluster_widths(x, h, silverman)
+        assert np.all(widths <= h) and np.all(widths > 0.0)
+        narrowed.append(np.median(widths[-6:]) / h < 0.25)
+    assert sum(narrowed) >= 18
+    tied = np.array([0.0, 0.0, 0.0, 1.0, 2.0, 2.5, 3.0])
+    h, silverman = _widths(tied)
+    assert cluster_widths(tied, h, silverman).min() >= CLUSTER_FLOOR * silverman
+
+
+def test_a_top_cluster_is_told_from_a_smooth_tail() -> None:
+    """The top normalised spacing under a tenth of the next ones' mean: in about a tenth of
+    smooth streams (exponential, normal), in every stream whose top three values agree."""
+    exponential = [
+        top_cluster_ratio(np.random.default_rng(i).exponential(1.0, 96)) for i in range(400)
+    ]
+    normal = [top_cluster_ratio(np.random.default_rng(i).normal(0.0, 1.0, 48)) for i in range(400)]
+    assert 0.04 < np.mean(np.array(exponential) < TOP_GAP_RATIO) < 0.2
+    assert 0.04 < np.mean(np.array(normal) < TOP_GAP_RATIO) < 0.2
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        topped = np.append(rng.normal(0.0, 1.0, 60), 3.5 + rng.normal(0.0, 0.01, 3))
+        assert top_cluster_ratio(topped) < TOP_GAP_RATIO
+    assert math.isnan(top_cluster_ratio(np.arange(7.0)))  # a quarter of 7: one spacing
+    assert math.isnan(top_cluster_ratio(np.ones(40)))
+
+
+def test_streams_topped_by_an_answer_scored_alike_read_lumpy() -> None:
+    """Prompts whose correct answer comes back now and then: the bulk sets the widths (the
+    width gate alone reads them smooth in half the draws), the tops cluster in most streams, so
+    the kernels read them; normal prompts stay with the table's shape."""
+    opened_by_tops = 0
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        streams = [rng.choice(_top_answer(rng), 96, replace=False) for _ in range(40)]
+        read = pseudo_prompts(streams, alpha=ALPHA)
+        assert read.top_clustered_share >= TOP_CLUSTER_SHARE and read.lumpy
+        opened_by_tops += read.width_ratio > LUMPY_WIDTH_RATIO
+        normal = pseudo_prompts([rng.normal(0.0, 1.0, 96) for _ in range(40)], alpha=ALPHA)
+        assert normal.top_clustered_share < TOP_CLUSTER_SHARE and not normal.lumpy
+    assert opened_by_tops >= 2
+
+
+def test_top_answer_prompts_recover_their_true_best_of_n(monkeypatch) -> None:
+    """One stream of 96 per prompt: the N read for 0.7 / 0.9 is within 25% over the prompts'
+    own (13-15 / 31-37 here; one kernel width read 17-19 / 49-55: its lump smeared above
+    itself put kappa where Best-of-N must draw the lump's top)."""
+    import stoppers.robust.stream_bootstrap as stream_bootstrap
+
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        prompts = [_top_answer(rng) for _ in range(40)]
+        streams = [rng.choice(p, 96, replace=False) for p in prompts]
+        for target in (0.7, 0.9):
+            want = _n_for(prompts, target)
+            got = bootstrap_n(streams, target, alpha=ALPHA, horizon=960)
+            assert got is not None and want <= got <= 1.25 * want + 1, (target, got, want)
+            with monkeypatch.context() as m:
+                m.setattr(stream_bootstrap, "cluster_widths", lambda x, h, _: np.full(len(x), h))
+                one_width = bootstrap_n(streams, target, alpha=ALPHA, horizon=960)
+            assert one_width is not None and one_width > got

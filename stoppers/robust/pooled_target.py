@@ -23,7 +23,9 @@ and its tails light, the table is calibrated on streams drawn from them
 (:func:`~stoppers.robust.shape_prior.streams_calibrated`): its rule's offset, its Best-of-N and
 the cap that ends either rule's run (docs/robust-stopping.md, "Lumps: the table calibrated on
 the streams"). Where the tails read heavy the kernels would place a heavy tail's benchmark too
-low, and the smooth shape's table stays, capped.
+low, and the smooth shape's table stays, capped. Prompts whose one better answer comes back now
+and then, scored alike, on a smooth bulk read so too: their streams' tops cluster
+(docs/robust-stopping.md, "A top answer scored alike: the streams read in target mode").
 
 Best-of-N where the table rule does not pay: where the table's own simulation finds that its rule
 draws about as many rewards as the Best-of-N that delivers the same (``StopTable.fixed_n``,

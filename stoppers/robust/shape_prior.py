@@ -614,7 +614,8 @@ class ShapePrior:
                     kept, alpha=alpha, floor=ends[0], ceiling=ends[1], kept_length=STREAM_REWARDS
                 )
             prompts = prompts_cache[key]
-            if not prompts.lumpy:  # smooth streams: the table's own smooth shape is right
+            # smooth streams, untopped by lumps: the table's own smooth shape is right
+            if not prompts.lumpy:
                 return table
             if plain:
                 return streams_calibrated(table, prompts, min_samples, horizon)
