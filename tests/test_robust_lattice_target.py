@@ -82,9 +82,11 @@ def test_calibrated_on_the_lattice_it_delivers_the_target_with_fewer_samples(mon
 
     as_if_continuous = ShapePrior.from_dict(prior.to_dict())
     monkeypatch.setattr(ShapePrior, "lattice_step", lambda self: None)
-    # ... and on its smooth shape: read as continuous, the rounded streams are lumpy, and since
-    # 2026-12-01 a lumpy deployment's table is calibrated on its streams (0.810 here)
+    # ... and on its smooth shape: read as continuous, the rounded streams are lumpy (and their
+    # tied tops clustered), and since 2026-12-01 a lumpy deployment's table is calibrated on its
+    # streams (0.810 here)
     monkeypatch.setattr(stream_bootstrap, "LUMPY_WIDTH_RATIO", 0.0)
+    monkeypatch.setattr(stream_bootstrap, "TOP_CLUSTER_SHARE", 2.0)
     assert as_if_continuous.table(target, min_samples=8, horizon=960).step is None
     continuous_rule = _delivered(as_if_continuous, target, 1.0, log_sd=0.3)
 

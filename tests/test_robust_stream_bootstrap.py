@@ -213,6 +213,7 @@ def test_a_judge_like_deployment_builds_its_table_with_the_streams_n(monkeypatch
         kept_length=STREAM_REWARDS,
     )
     monkeypatch.setattr(stream_bootstrap, "LUMPY_WIDTH_RATIO", 0.0)
+    monkeypatch.setattr(stream_bootstrap, "TOP_CLUSTER_SHARE", 2.0)
     prior._pseudo_prompts.clear()
     smooth = prior.prepare(key)()
     assert smooth.cap is not None and want is not None and want < smooth.cap
