@@ -42,8 +42,8 @@ Best-of-N must then hit high. Two things read it. The gate also opens where the 
 cluster (:func:`top_cluster_ratio`, :data:`TOP_CLUSTER_SHARE`), and a kernel in a cluster is
 narrowed towards the distance to its nearest neighbour, where the leave-one-out likelihood asks
 for it (:func:`cluster_widths`). On 40 prompts of one stream of 96 each, the N read for 0.9 went
-41 -> 32 on `top-lump` (the prompts' own: 26), 15 -> 7 on `saturated` (7), 19 -> 16 on uniform
-(14); normal 56 -> 59 (54), which the gate keeps to the table's shape
+40-41 -> 32-33 on `top-lump` (the prompts' own: 26), 14-15 -> 7 on `saturated` (7), 19 -> 15-17
+on uniform (14); normal 56-57 -> 58-60 (54), which the gate keeps to the table's shape
 (docs/robust-stopping.md, "A top answer scored alike: the streams read in target mode").
 """
 
@@ -93,9 +93,9 @@ LUMPY_WIDTH_RATIO = 0.75
 # ... or where at least this share of the kept streams' tops cluster: the top normalised
 # spacing under TOP_GAP_RATIO of the mean of the next ones (:func:`top_cluster_ratio`). Streams
 # of 32-96 rewards (40 prompts, five draws each) read under 0.1 in 0.52-0.80 of `top-lump`'s,
-# 0.06-0.16 of normal, Gumbel, Student-t, exponential, lognormal, skew-normal, mixture,
-# `rare-mode`, `three-mode`, `wide-lumps`, `varied-skew`; 0.24-0.49 where the width gate already
-# reads lumps (uniform, `lumpy`, `ap05`, `beta`); `saturated` 0.29-0.36
+# 0.04-0.23 of normal, Gumbel, Student-t, exponential, lognormal, skew-normal, mixture, `mixed`,
+# `rare-mode`, `three-mode`, `wide-lumps`, `varied-skew`, `heavy-t`; 0.24-0.49 on uniform,
+# `lumpy`, `ap05` (lumpy by their widths already), `beta`, `clipped`; `saturated` 0.29-0.36
 TOP_CLUSTER_SHARE = 0.4
 TOP_GAP_RATIO = 0.1
 TOP_SPACINGS = 10  # normalised spacings read at a stream's top (at most a quarter of it)
