@@ -360,8 +360,8 @@ def test_streams_topped_by_an_answer_scored_alike_read_lumpy() -> None:
 
 def test_top_answer_prompts_recover_their_true_best_of_n(monkeypatch) -> None:
     """One stream of 96 per prompt: the N read for 0.7 / 0.9 is within 25% over the prompts'
-    own (13-15 / 31-37 here; one kernel width read 17-19 / 49-55: its lump smeared above
-    itself put kappa where Best-of-N must draw the lump's top)."""
+    own (here 14-15 / 37-42 against 13-14 / 31-36; one kernel width per stream read 17-19 /
+    49-54: its lump smeared above itself put kappa where Best-of-N must draw the lump's top)."""
     import stoppers.robust.stream_bootstrap as stream_bootstrap
 
     for seed in range(2):
