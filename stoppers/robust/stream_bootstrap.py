@@ -127,10 +127,7 @@ def _widths(values: np.ndarray) -> tuple[float, float]:
     best, width = -np.inf, base
     for m in _BANDWIDTH_MULTIPLES:
         h = base * m
-        k = np.exp(-0.5 * d2 / (h * h))
-        np.fill_diagonal(k, 0.0)
-        density = k.sum(axis=1) / ((x.size - 1) * h)
-        ll = float(np.log(np.maximum(density, 1e-300)).sum())
+        ll = _loo_log_likelihood(d2, np.full(x.size, h))
         if ll > best:
             best, width = ll, h
     return width, base
