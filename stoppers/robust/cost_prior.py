@@ -22,6 +22,7 @@ from stoppers.robust.censored_cost import CensoredShape, fit_censored
 from stoppers.robust.floor_table import CUT_SHARE_MIN
 from stoppers.robust.likelihood_cost import FittedShape
 from stoppers.robust.shape_prior import ShapePrior
+from stoppers.robust.stream_bootstrap import n_for_cost
 
 __all__ = [
     "CENSORED_KEY",
@@ -33,7 +34,9 @@ __all__ = [
     "LIKELIHOOD_MIN_REQUESTS",
     "MAX_DISPERSION",
     "SHAPE_TEST_EDGES",
+    "STREAMS_N_KEY",
     "CostShapePrior",
+    "StreamsBestOfN",
     "cost_shape_prior",
     "dispersion_limit",
     "shapes_differ",
@@ -74,6 +77,16 @@ REFIT_EVERY = 256
 MAXIMA_MIN_REWARDS = 8  # kept streams shorter than this say little about where rewards end
 LIKELIHOOD_KEY = ("likelihood-shape",)
 CENSORED_KEY = ("censored-shape",)
+STREAMS_N_KEY = "streams-best-of-n"  # first item of a streams_best_of_n key
+
+
+@dataclass(frozen=True)
+class StreamsBestOfN:
+    """The Best-of-N that earns most at one cost on the kept streams' pseudo-prompts (None:
+    the streams are not read so, or too few), and the requests it was read on."""
+
+    n: int | None
+    requests: int
 
 
 @dataclass
@@ -232,11 +245,40 @@ class CostShapePrior(ShapePrior):
         self.install(CENSORED_KEY, self.prepare(CENSORED_KEY)())
         return self.censored if self.censored is not None and self.censored.floor == floor else None
 
+    def streams_best_of_n(
+        self, cost: float, *, min_samples: int, horizon: int, alpha: float | None = None
+    ) -> int | None:
+        """The Best-of-N that earns most at ``cost`` on the kept streams read as pseudo-prompts
+        (:func:`~stoppers.robust.stream_bootstrap.n_for_cost`), where they are read so
+        (:meth:`ShapePrior.lumpy_streams`: continuous, light-tailed, lumpy), else None; cached
+        and rebuilt as the target tables are (here, or by :attr:`schedule_build` elsewhere).
+        The cost is keyed to three significant digits: a client-chosen cost cannot force
+        endless builds."""
+        if self.requests == 0 or not self.streams_readable():
+            return None
+        alpha = self.alpha if alpha is None else float(alpha)
+        key = (STREAMS_N_KEY, float(f"{cost:.3g}"), int(min_samples), int(horizon), alpha)
+        built = self._built(key)
+        return None if built is None else built.n
+
     def prepare(self, key: Any) -> Any:
         """A build of ``key``: the likelihood shape on a copy of the kept streams (which never
-        change once kept), the censored reading on their rewards above the floor, or a target
-        table (:meth:`ShapePrior.prepare`)."""
+        change once kept), the censored reading on their rewards above the floor, the Best-of-N
+        the streams say pays (:meth:`streams_best_of_n`), or a target table
+        (:meth:`ShapePrior.prepare`)."""
         requests = self.requests
+        if key[0] == STREAMS_N_KEY:
+            _, cost, min_samples, horizon, alpha = key
+            read = self.lumpy_streams(alpha)
+
+            def build() -> StreamsBestOfN:
+                prompts = read()
+                if prompts is None:
+                    return StreamsBestOfN(None, requests)
+                n = n_for_cost(prompts.prompts, cost, horizon=horizon, min_samples=min_samples)
+                return StreamsBestOfN(n, requests)
+
+            return build
         if key == CENSORED_KEY:
             censored = self.censoring_floor(CUT_SHARE_MIN)
             if censored is None:

@@ -117,11 +117,14 @@ def _policy_maker(
 
 def decision_path(policy: StoppingPolicy) -> str:
     """What decides ``policy``'s request: ``"cold start"`` (TailPandora, the default's rule
-    until its prior has learned enough and for tied rewards), ``"likelihood"`` (the default's
+    until its prior has learned enough and for tied rewards), ``"streams"`` (the Best-of-N its
+    lumpy kept streams say pays, in the cold start's place), ``"likelihood"`` (the default's
     likelihood path), ``"censored"`` (its floor read as censoring), ``"cut"`` (its floor read
     as cutting one latent shape), ``"learned shape"`` (its trusted recorded shape, the moment
     path); other policies by class name."""
     if isinstance(policy, ShapePandora):
+        if policy.streams_n is not None:
+            return "streams"
         if not policy.warm:
             return "cold start"
         if policy.censored:

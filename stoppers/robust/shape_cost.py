@@ -53,6 +53,17 @@ fixed shrinkage to xi = 0: prompts that do not share a standardised shape (bimod
 per-prompt weights) can still share a kind of tail.
 It is the gateway's default cost policy (``stoppers.default_cost_policy``).
 
+Lumpy deployments (2026-12-01): where the cold start would decide and the deployment's kept
+streams read as the target tables read them - continuous, light-tailed, lumpy (a judge's
+prompts, answers scored alike; :meth:`~stoppers.robust.shape_prior.ShapePrior.lumpy_streams`) -
+the request runs the Best-of-N that earns most on the streams read as pseudo-prompts
+(:meth:`~stoppers.robust.cost_prior.CostShapePrior.streams_best_of_n`; stop reason ``"fixed"``),
+stopping sooner only at the deployment's ceiling or on its floor's bound. Why: on such prompts
+the cold start's GPD tail is fitted to a few lumps and a floor, and it stopped both too soon and
+too late: on the real pool redrawn to 960 (`ap05`) it earned 0.958 of the best fixed N at
+c = 1e-3, while the N read from the kept streams is within a few draws of that best N
+(docs/robust-stopping.md, "Cost mode on lumpy streams: the Best-of-N they say pays").
+
 Cost per observation: the gain (~25 x the bins between best and kappa) is recomputed on every
 reward while n <= ``EXACT_UNTIL``, later only when the best rises or n has grown by 1/32 since
 the last evaluation (the parameters drift slowly); the median observe is a few microseconds.
@@ -89,7 +100,7 @@ from stoppers.robust.pile import PileRule, pile_of
 from stoppers.robust.policy import _default_min_samples
 from stoppers.robust.prior import TailPrior
 from stoppers.robust.shape_prior import ShapePrior
-from stoppers.robust.stop_table import Z_BINS, Z_HI, Z_LO, scale_prior
+from stoppers.robust.stop_table import MAX_HORIZON, Z_BINS, Z_HI, Z_LO, scale_prior
 from stoppers.robust.tracker import TIES_AT_MAX, BestTies
 from stoppers.robust.xi_prior import XiPrior
 
@@ -398,6 +409,16 @@ class ShapePandora(LearnedShapeCost):
         self.shape = shape
         if shape is None and fitted is None and censored is None:
             self._start_cold(prior)
+        # where the cold start would decide on a deployment whose kept streams read lumpy, the
+        # Best-of-N they say earns most decides instead (module docstring)
+        self._streams_n: int | None = None
+        if self._cold is not None and isinstance(prior, CostShapePrior):
+            self._streams_n = prior.streams_best_of_n(
+                self.cost,
+                min_samples=self.min_samples,
+                horizon=min(self.max_samples or MAX_HORIZON, MAX_HORIZON),
+                alpha=self.alpha,
+            )
         # the cold start runs alongside and caps the request (BLEND_CAP) where a learned shape
         # decides that may be a blend: the censored reading's one-mode interior always may
         blend = censored is not None or _may_be_blend(prior, fitted, shape)
@@ -412,6 +433,12 @@ class ShapePandora(LearnedShapeCost):
     def warm(self) -> bool:
         """True when the learned shape decides (False: the cold-start TailPandora)."""
         return self._cold is None
+
+    @property
+    def streams_n(self) -> int | None:
+        """The Best-of-N this request runs in place of the cold start, read from the kept
+        streams (None: a rule decides)."""
+        return self._streams_n
 
     @property
     def censored(self) -> bool:
@@ -444,6 +471,8 @@ class ShapePandora(LearnedShapeCost):
         return None if kappa is None else acceptance(self._best - kappa)
 
     def _decide(self, reward: float) -> str | None:
+        if self._streams_n is not None:
+            return self._streams_decide()
         if self.fitted_shape is not None:
             self._seen.append(reward)
         censored = self._censored
@@ -463,6 +492,22 @@ class ShapePandora(LearnedShapeCost):
         if reason is None and stopped is not None and self._n >= BLEND_CAP * stopped:
             return "threshold"  # the cold start's own rule, BLEND_CAP times over
         return reason
+
+    def _streams_decide(self) -> str | None:
+        """Best-of-``streams_n``, but a best at the deployment's ceiling, or rewards all at its
+        floor once its bound says one more draw gains less than it costs, stop sooner, as on the
+        other paths."""
+        n = self._n
+        if n < self.min_samples:
+            return None
+        if self._best == self._ceiling:
+            return "ceiling"
+        floor = self._floor
+        all_at_floor = floor is not None and self._best == floor.value
+        if all_at_floor and floor_gain_bound(n, self.alpha, floor) <= self.cost:
+            return "floor"
+        assert self._streams_n is not None
+        return "fixed" if n >= self._streams_n else None
 
     def _warm_decide(self, n: int) -> str | None:
         if not evaluation_due(n, self._best, self._eval_n, self._eval_best):

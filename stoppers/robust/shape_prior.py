@@ -132,6 +132,7 @@ from stoppers.robust.stop_table import (
 from stoppers.robust.stream_bootstrap import (
     BOOTSTRAP_MIN_STREAMS,
     LIGHT_TAIL_XI,
+    STREAM_MIN_REWARDS,
     StreamPrompts,
     n_for_target,
     pseudo_prompts,
@@ -524,7 +525,13 @@ class ShapePrior:
         """
         if self.requests == 0:
             return None
-        key = self.table_key(target, min_samples=min_samples, horizon=horizon, alpha=alpha)
+        return self._built(
+            self.table_key(target, min_samples=min_samples, horizon=horizon, alpha=alpha)
+        )
+
+    def _built(self, key: Any) -> Any:
+        """``key``'s build (:meth:`prepare`), cached: made here when missing or stale, or, with
+        :attr:`schedule_build`, the newest cached one (None if none) while the hook builds."""
         if self.schedule_build is not None:
             cached = self._lookup(key)
             if self.is_stale(key):
@@ -532,9 +539,9 @@ class ShapePrior:
             return cached
         if not self.is_stale(key):
             return self._lookup(key)
-        table = self.prepare(key)()
-        self.install(key, table)
-        return table
+        built = self.prepare(key)()
+        self.install(key, built)
+        return built
 
     def cached_table(
         self, target: float, *, min_samples: int, horizon: int, alpha: float | None = None
@@ -607,13 +614,7 @@ class ShapePrior:
             # (they would place a heavy tail's benchmark too low)
             if step is not None or not light_tails or not (plain or _best_of_n_sizes(table)):
                 return table
-            key = (requests, len(kept), alpha, ends)
-            if key not in prompts_cache:
-                prompts_cache.clear()
-                prompts_cache[key] = pseudo_prompts(
-                    kept, alpha=alpha, floor=ends[0], ceiling=ends[1], kept_length=STREAM_REWARDS
-                )
-            prompts = prompts_cache[key]
+            prompts = _stream_prompts(prompts_cache, kept, requests, alpha, ends)
             # smooth streams, untopped by lumps: the table's own smooth shape is right
             if not prompts.lumpy:
                 return table
@@ -722,6 +723,36 @@ class ShapePrior:
         interior = self._interior
         return (floor, interior) if len(interior) >= INTERIOR_STREAMS_MIN else None
 
+    def streams_readable(self) -> bool:
+        """What :meth:`lumpy_streams` needs before it reads anything: light tails, continuous
+        rewards and ``BOOTSTRAP_MIN_STREAMS`` kept streams long enough to read (cheap to check,
+        so a build is not asked for, and cached, before they hold)."""
+        light_tails = self.xi.learned and self.xi.mean_xi <= LIGHT_TAIL_XI
+        if not light_tails or self.lattice_step() is not None:
+            return False
+        # a stream shorter than the kept length loses its last reward (pseudo_prompts)
+        long = sum(len(s) - (len(s) < STREAM_REWARDS) >= STREAM_MIN_REWARDS for s in self.streams)
+        return long >= BOOTSTRAP_MIN_STREAMS
+
+    def lumpy_streams(self, alpha: float) -> Callable[[], StreamPrompts | None]:
+        """A read of the kept streams as pseudo-prompts on a snapshot taken now (the returned
+        function may run on another thread): the :class:`StreamPrompts` where the bootstrap
+        reads them, as the target tables do - continuous rewards (a lattice's streams hold only
+        the levels they drew), light tails (heavy ones would put the benchmark too low,
+        :data:`LIGHT_TAIL_XI`) and lumpy streams (:attr:`StreamPrompts.lumpy`; on smooth ones
+        the fitted shape describes every prompt) - else None."""
+        if not self.streams_readable():
+            return lambda: None
+        kept, requests, cache = list(self.streams), self.requests, self._pseudo_prompts
+        bound = floor_of(self)
+        ends = (None if bound is None else bound.value, ceiling_of(self))
+
+        def read() -> StreamPrompts | None:
+            prompts = _stream_prompts(cache, kept, requests, alpha, ends)
+            return prompts if prompts.lumpy else None
+
+        return read
+
     def install(self, key: TableKey, table: AnyTable) -> bool:
         """Cache ``table`` for ``key`` unless a table built on more evidence is already there;
         the least recently used tables beyond ``max_tables`` are dropped. True if cached."""
@@ -774,6 +805,24 @@ def _stream_facts(stream: list[float]) -> StreamFacts:
 def _best_of_n_sizes(table: AnyTable) -> list[int]:
     """The Best-of-N sizes ``table`` runs: its ``fixed_n`` and its rule's ``cap``, if set."""
     return [n for n in (table.fixed_n, table.cap) if n is not None]
+
+
+def _stream_prompts(
+    cache: dict[tuple, StreamPrompts],
+    kept: list[list[float]],
+    requests: int,
+    alpha: float,
+    ends: tuple[float | None, float | None],
+) -> StreamPrompts:
+    """The kept streams ``kept`` read as pseudo-prompts against the deployment's ``ends``
+    (floor, ceiling), from ``cache`` (one entry: every build of one state reads the same)."""
+    key = (requests, len(kept), alpha, ends)
+    if key not in cache:
+        cache.clear()
+        cache[key] = pseudo_prompts(
+            kept, alpha=alpha, floor=ends[0], ceiling=ends[1], kept_length=STREAM_REWARDS
+        )
+    return cache[key]
 
 
 def streams_calibrated(

@@ -411,3 +411,33 @@ def n_for_target(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
     return hi
+
+
+def n_for_cost(
+    prompts: list[tuple[np.ndarray, np.ndarray]],
+    cost: float,
+    *,
+    horizon: int,
+    min_samples: int = 1,
+) -> int | None:
+    """The n in [min_samples, horizon] whose Best-of-n earns most on average over the
+    pseudo-prompts, mean acceptance - ``cost`` n (None: fewer than
+    :data:`BOOTSTRAP_MIN_STREAMS`). Bisection on the marginal draw: on each prompt the n-th
+    draw adds sum over x of AR(x - kappa) F(x)^(n-1) (F(x) - F(x-)) - the chance that it is the
+    new best, weighted - which falls with n, so the draws that pay are the first few."""
+    lo, hi = max(int(min_samples), 1), int(horizon)
+    if len(prompts) < BOOTSTRAP_MIN_STREAMS or hi < lo:
+        return None
+
+    def pays(n: int) -> bool:  # does the n-th draw add more than it costs?
+        gain = _mean_acceptance(prompts, np.array([n - 1.0, float(n)]))
+        return bool(gain[1] - gain[0] > cost)
+
+    if hi == lo or not pays(lo + 1):
+        return lo
+    if pays(hi):
+        return hi
+    while hi - lo > 1:  # pays(lo + 1) and not pays(hi): the last n that pays is in (lo, hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if pays(mid) else (lo, mid)
+    return lo

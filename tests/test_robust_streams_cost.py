@@ -1,0 +1,147 @@
+"""Cost mode's Best-of-N read from a lumpy deployment's kept streams: ``n_for_cost``,
+``CostShapePrior.streams_best_of_n`` and the ShapePandora requests it decides."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stoppers.faircap import acceptance_rate
+from stoppers.robust.cost_prior import STREAMS_N_KEY, CostShapePrior
+from stoppers.robust.shape_cost import ShapePandora
+from stoppers.robust.stream_bootstrap import (
+    BOOTSTRAP_MIN_STREAMS,
+    _mean_acceptance,
+    n_for_cost,
+    pseudo_prompts,
+)
+
+ALPHA = 0.99
+FLOOR = -9.0
+
+
+def _judge_prompt(rng: np.random.Generator, size: int = 20_000) -> np.ndarray:
+    """A judge's prompt: its own share at the floor and 3-7 lumps of answers scored alike."""
+    centres = rng.normal(0.0, 3.0, rng.integers(3, 8))
+    at_floor = rng.random(size) < rng.uniform(0.2, 0.7)
+    lumps = rng.choice(centres, size) + rng.normal(0.0, 0.3, size)
+    return np.where(at_floor, FLOOR, np.maximum(lumps, FLOOR))
+
+
+def _full(prompts: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The prompts' own (log F, AR) on their sorted draws: what the bootstrap estimates."""
+    out = []
+    for p in prompts:
+        x = np.sort(p)
+        out.append(
+            (np.log(np.arange(1, x.size + 1) / x.size), acceptance_rate(x, np.quantile(p, ALPHA)))
+        )
+    return out
+
+
+def _deployment(seed: int, prompts: int = 30) -> tuple[list[np.ndarray], CostShapePrior]:
+    rng = np.random.default_rng(seed)
+    rows = [_judge_prompt(rng) for _ in range(prompts)]
+    prior = CostShapePrior()
+    for row in rows:
+        prior.update(rng.choice(row, 96, replace=False).tolist())
+    return rows, prior
+
+
+@pytest.mark.parametrize("cost", [3e-2, 1e-3, 1e-4, 1e-5])
+def test_the_n_for_a_cost_is_the_one_that_earns_most(cost: float) -> None:
+    """Bisection on the marginal draw finds the argmax of mean acceptance - cost n that a scan
+    of every n in [8, 960] finds (the marginal gain falls with n on every prompt)."""
+    rng = np.random.default_rng(4)
+    streams = [rng.choice(_judge_prompt(rng), 96, replace=False) for _ in range(20)]
+    prompts = pseudo_prompts(streams, alpha=ALPHA).prompts
+    ns = np.arange(8, 961, dtype=np.float64)
+    scanned = int(ns[np.argmax(_mean_acceptance(prompts, ns) - cost * ns)])
+    assert n_for_cost(prompts, cost, horizon=960, min_samples=8) == scanned
+
+
+def test_the_n_for_a_cost_at_its_bounds() -> None:
+    rng = np.random.default_rng(5)
+    streams = [rng.choice(_judge_prompt(rng), 96, replace=False) for _ in range(12)]
+    prompts = pseudo_prompts(streams, alpha=ALPHA).prompts
+    assert n_for_cost(prompts, 1.0, horizon=960, min_samples=8) == 8  # no draw pays
+    assert n_for_cost(prompts, 1e-12, horizon=40, min_samples=8) == 40  # every draw does
+    assert n_for_cost(prompts, 1e-3, horizon=8, min_samples=8) == 8
+    assert n_for_cost(prompts[: BOOTSTRAP_MIN_STREAMS - 1], 1e-3, horizon=960) is None
+
+
+def test_a_judge_deployment_reads_the_best_of_n_that_earns_most() -> None:
+    """30 judge prompts, one stream of 96 each kept: the N read is within 15% of the prompts'
+    own best (63 / 62 / 68 at c = 1e-3), and Best-of-that-N earns within 0.5% of the best fixed
+    N's profit on the prompts' full distributions."""
+    for seed in range(3):
+        rows, prior = _deployment(seed)
+        truth = _full(rows)
+        for cost in (1e-3, 1e-4):
+            got = prior.streams_best_of_n(cost, min_samples=8, horizon=960)
+            want = n_for_cost(truth, cost, horizon=960, min_samples=8)
+            assert got is not None and want is not None
+            assert abs(got - want) <= 0.15 * want, (seed, cost, got, want)
+            profit = _mean_acceptance(truth, np.array([got, want], dtype=np.float64))
+            profit -= cost * np.array([got, want])
+            assert profit[0] >= profit[1] - 0.005 * abs(profit[1])
+
+
+def test_smooth_or_rounded_deployments_keep_their_rules() -> None:
+    """Normal prompts: the streams read smooth, no N (the cost policy's paths decide as
+    before). Integer scores: a lattice's streams hold only the levels they drew, no N."""
+    rng = np.random.default_rng(6)
+    normal, rounded = CostShapePrior(), CostShapePrior()
+    for _ in range(30):
+        normal.update((rng.normal(0.0, 2.0) + rng.normal(0.0, 1.0, 96)).tolist())
+        rounded.update(np.round(rng.normal(5.0, 2.0) + rng.normal(0.0, 1.5, 96)).tolist())
+    for prior in (normal, rounded):
+        assert prior.streams_best_of_n(1e-3, min_samples=8, horizon=960) is None
+        assert ShapePandora(1e-3, prior=prior, max_samples=960).streams_n is None
+
+
+def test_the_cold_start_gives_way_to_the_streams_best_of_n() -> None:
+    """On the judge deployment the cold start would decide; the request runs the N read from
+    the streams instead and stops there (reason "fixed"); rewards all at the floor stop
+    sooner where the floor's bound says one more draw gains less than it costs."""
+    rows, prior = _deployment(0)
+    policy = ShapePandora(1e-3, prior=prior, max_samples=960)
+    n = prior.streams_best_of_n(1e-3, min_samples=8, horizon=960)
+    assert not policy.warm and n is not None and policy.streams_n == n
+    stream = np.random.default_rng(1).permutation(rows[0])
+    stream[0] = 5.0  # one reward above the floor: Best-of-N runs to its N
+    for reward in stream:
+        if policy.observe(float(reward)):
+            break
+    assert (policy.n, policy.stop_reason) == (n, "fixed")
+    at_floor = ShapePandora(1e-3, prior=prior, max_samples=960)
+    while not at_floor.observe(FLOOR):
+        pass
+    assert (at_floor.n, at_floor.stop_reason) == (n, "fixed")  # its bound: 222 at the floor
+    # a third of the prompts all at the floor: the bound learned from them stops such a request
+    rng = np.random.default_rng(2)
+    floored = CostShapePrior()
+    for i in range(30):
+        row = np.full(2_000, FLOOR) if i % 3 == 0 else _judge_prompt(rng)
+        floored.update(rng.choice(row, 96, replace=False).tolist())
+    policy = ShapePandora(1e-3, prior=floored, max_samples=960)
+    assert policy.streams_n is not None
+    while not policy.observe(FLOOR):
+        pass
+    assert policy.stop_reason == "floor" and 8 <= policy.n < policy.streams_n / 2
+
+
+def test_the_n_is_built_by_the_hook_where_the_gateway_sets_one() -> None:
+    """With ``schedule_build`` set the request never builds: it gets the cached N (None before
+    the first build) and the hook is asked for the key; once installed, the N is read."""
+    _, prior = _deployment(1)
+    asked = []
+    prior.schedule_build = lambda p, key: asked.append(key)
+    assert prior.streams_best_of_n(1e-3, min_samples=8, horizon=960) is None
+    assert ShapePandora(1e-3, prior=prior, max_samples=960).streams_n is None
+    (key,) = {key for key in asked if key[0] == STREAMS_N_KEY}  # (and the likelihood fits)
+    prior.install(key, prior.prepare(key)())
+    n = prior.streams_best_of_n(1e-3, min_samples=8, horizon=960)
+    assert n is not None and ShapePandora(1e-3, prior=prior, max_samples=960).streams_n == n
+    # a client's cost is keyed to three significant digits: 0.0010004 reads the same build
+    assert prior.streams_best_of_n(0.0010004, min_samples=8, horizon=960) == n
