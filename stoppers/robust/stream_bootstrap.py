@@ -423,8 +423,8 @@ def n_for_cost(
     """The n in [min_samples, horizon] whose Best-of-n earns most on average over the
     pseudo-prompts, mean acceptance - ``cost`` n (None: fewer than
     :data:`BOOTSTRAP_MIN_STREAMS`). Bisection on the marginal draw: on each prompt the n-th
-    draw adds sum over x of AR(x - kappa) F(x)^(n-1) (F(x) - F(x-)) - the chance that it is the
-    new best, weighted - which falls with n, so the draws that pay are the first few."""
+    draw adds E[(AR(X - kappa) - AR(M - kappa))+], M the best of the n - 1 before it, which
+    falls as M rises, so the draws that pay are the first few."""
     lo, hi = max(int(min_samples), 1), int(horizon)
     if len(prompts) < BOOTSTRAP_MIN_STREAMS or hi < lo:
         return None
