@@ -186,3 +186,53 @@ def test_many_client_keys_stay_bounded_and_shutdown_ends_the_build_thread(
     assert len(threads) == 1 and threads[0].startswith(THREAD_NAME)
     assert not [t for t in threading.enumerate() if t.name.startswith(THREAD_NAME)]
     assert len(prior._tables) <= 1
+
+
+def _judge_stream(rng: np.random.Generator, size: int = 96) -> list[float]:
+    """One kept stream of a judge's prompt: a share at the floor, a few lumps of answers."""
+    centres = rng.normal(0.0, 3.0, rng.integers(3, 8))
+    at_floor = rng.random(size) < rng.uniform(0.2, 0.7)
+    lumps = rng.choice(centres, size) + rng.normal(0.0, 0.3, size)
+    return np.where(at_floor, -9.0, np.maximum(lumps, -9.0)).tolist()
+
+
+def test_cost_mode_reads_the_streams_best_of_n_built_on_the_build_thread(fake_upstream, tmp_path):
+    """A cost prior whose kept streams read lumpy: the first adaptive request runs the cold
+    start and asks for the streams' Best-of-N, which is built on the worker thread; the next
+    request draws that N (capped at the budget) and stops with reason "fixed"."""
+    from server.config import Settings
+    from stoppers.robust.cost_prior import STREAMS_N_KEY
+    from stoppers.robust.shape_cost import ShapePandora
+
+    path = tmp_path / "priors.json"
+    store = PriorStore(
+        path=path, reward_identity=Settings(upstream_url="http://u:1/v1").reward_identity
+    )
+    prior = store.get("m", "cost")
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        assert prior.update(_judge_stream(rng))
+    store.save()
+    policies = Policies()
+    server = start_gateway(
+        fake_upstream, FakeReward(), policy_factory=policies, prior_state_file=path, max_samples=12
+    )
+    body = {"model": "m", "messages": PROMPT, "pandora": {"mode": "adaptive", "cost": 0.001}}
+    try:
+        with httpx.Client(base_url=server.url, timeout=REQUEST_TIMEOUT) as client:
+            assert client.post(URL, json=body).status_code == 200
+            first = policies.built[-1]
+            assert isinstance(first, ShapePandora) and first.streams_n is None
+            deadline = time.monotonic() + 10
+            live = server.server.config.app.state.priors._priors[("m", None, "cost")]
+            keys = lambda: [k for k in live._tables if k[0] == STREAMS_N_KEY]  # noqa: E731
+            while not keys() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert keys(), "the streams' Best-of-N was not built"
+            response = client.post(URL, json=body)
+            assert response.status_code == 200
+            last = policies.built[-1]
+            assert isinstance(last, ShapePandora) and last.streams_n == 12  # the budget: N > 12
+            assert (last.n, last.stop_reason) == (12, "fixed")
+    finally:
+        server.stop()
