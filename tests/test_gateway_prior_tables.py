@@ -40,9 +40,8 @@ def off_body() -> dict[str, Any]:
     return {"model": "m", "messages": PROMPT, "pandora": {"mode": "off"}}
 
 
-@pytest.fixture
-def warm_state(tmp_path):
-    """A saved state whose target prior for model "m" is past its cold start (12 requests)."""
+def _saved_priors(tmp_path, mode: str, streams: list[Any]):
+    """A saved state whose ``mode`` prior for model "m" has learned ``streams``."""
     from server.config import Settings
 
     path = tmp_path / "priors.json"
@@ -50,12 +49,21 @@ def warm_state(tmp_path):
     store = PriorStore(
         path=path, reward_identity=Settings(upstream_url="http://u:1/v1").reward_identity
     )
-    prior = store.get("m", "target")
-    rng = np.random.default_rng(0)
-    for _ in range(12):
-        assert prior.update(rng.normal(0, 2) + math.exp(rng.normal(0, 0.3)) * rng.normal(size=60))
+    prior = store.get("m", mode)
+    for stream in streams:
+        assert prior.update(stream)
     store.save()
     return path
+
+
+@pytest.fixture
+def warm_state(tmp_path):
+    """A saved state whose target prior for model "m" is past its cold start (12 requests)."""
+    rng = np.random.default_rng(0)
+    streams = [
+        rng.normal(0, 2) + math.exp(rng.normal(0, 0.3)) * rng.normal(size=60) for _ in range(12)
+    ]
+    return _saved_priors(tmp_path, "target", streams)
 
 
 def _hold_builds(monkeypatch, seconds: float):
@@ -200,19 +208,11 @@ def test_cost_mode_reads_the_streams_best_of_n_built_on_the_build_thread(fake_up
     """A cost prior whose kept streams read lumpy: the first adaptive request runs the cold
     start and asks for the streams' Best-of-N, which is built on the worker thread; the next
     request draws that N (capped at the budget) and stops with reason "fixed"."""
-    from server.config import Settings
     from stoppers.robust.cost_prior import STREAMS_N_KEY
     from stoppers.robust.shape_cost import ShapePandora
 
-    path = tmp_path / "priors.json"
-    store = PriorStore(
-        path=path, reward_identity=Settings(upstream_url="http://u:1/v1").reward_identity
-    )
-    prior = store.get("m", "cost")
     rng = np.random.default_rng(0)
-    for _ in range(30):
-        assert prior.update(_judge_stream(rng))
-    store.save()
+    path = _saved_priors(tmp_path, "cost", [_judge_stream(rng) for _ in range(30)])
     policies = Policies()
     server = start_gateway(
         fake_upstream, FakeReward(), policy_factory=policies, prior_state_file=path, max_samples=12
