@@ -50,7 +50,7 @@ on uniform (14); normal 56-57 -> 58-60 (54), which the gate keeps to the table's
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -403,14 +403,7 @@ def n_for_target(
     def reaches(n: int) -> bool:
         return bool(_mean_acceptance(prompts, np.array([float(n)]))[0] >= target)
 
-    if reaches(lo):
-        return lo
-    if not reaches(hi):
-        return None
-    while hi - lo > 1:  # reaches(hi) and not reaches(lo)
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
-    return hi
+    return _first_true(reaches, lo, hi)
 
 
 def n_for_cost(
@@ -429,15 +422,24 @@ def n_for_cost(
     if len(prompts) < BOOTSTRAP_MIN_STREAMS or hi < lo:
         return None
 
-    def pays(n: int) -> bool:  # does the n-th draw add more than it costs?
+    def stops_paying(n: int) -> bool:  # does the n-th draw add no more than it costs?
         gain = _mean_acceptance(prompts, np.array([n - 1.0, float(n)]))
-        return bool(gain[1] - gain[0] > cost)
+        return bool(gain[1] - gain[0] <= cost)
 
-    if hi == lo or not pays(lo + 1):
+    first = _first_true(stops_paying, lo + 1, hi)  # the first draw that does not pay
+    return hi if first is None else first - 1
+
+
+def _first_true(predicate: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """The least n in [lo, hi] where ``predicate``, false then true as n rises, is true
+    (None: nowhere, or an empty range); by bisection."""
+    if hi < lo:
+        return None
+    if predicate(lo):
         return lo
-    if pays(hi):
-        return hi
-    while hi - lo > 1:  # pays(lo + 1) and not pays(hi): the last n that pays is in (lo, hi)
+    if not predicate(hi):
+        return None
+    while hi - lo > 1:  # predicate(hi) and not predicate(lo)
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if pays(mid) else (lo, mid)
-    return lo
+        lo, hi = (lo, mid) if predicate(mid) else (mid, hi)
+    return hi
