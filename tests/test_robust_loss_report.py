@@ -10,7 +10,7 @@ from stoppers.replay.deployment import deployment_summaries, replay_deployment
 from stoppers.replay.experiments import profit_rows
 from stoppers.replay.synth import SynthSpec, generate
 from stoppers.robust.cost import TailPandora
-from stoppers.robust.loss_report import decision_path, loss_breakdown, main
+from stoppers.robust.loss_report import decision_path, loss_breakdown, main, position_bins
 
 COST = 1e-3
 ORDERINGS = 4
@@ -70,11 +70,13 @@ def test_paths_partition_the_same_gap_and_the_first_requests_run_the_cold_start(
     by_path = loss_breakdown(pool, COST, orderings=ORDERINGS, seed=1, by="path")
     assert (by_path.profit, by_path.fixed_profit) == (breakdown.profit, breakdown.fixed_profit)
     groups = {g.reason: g for g in by_path.reasons}
-    # 6 prompts per deployment: too few for the likelihood path (8 streams), all cold start
-    assert set(groups) == {"cold start"}
-    (cold,) = by_path.reasons
-    assert cold.requests == pool.shape[0] * ORDERINGS
-    assert cold.profit_vs_fixed == pytest.approx(breakdown.profit / breakdown.fixed_profit)
+    # 6 prompts per deployment: too few for the likelihood path (8 streams); the cold start,
+    # or from the fifth request on the streams' Best-of-N (4 kept streams)
+    assert set(groups) <= {"cold start", "streams"}
+    assert groups["cold start"].requests >= 4 * ORDERINGS
+    assert sum(g.requests for g in by_path.reasons) == pool.shape[0] * ORDERINGS
+    vs_fixed = sum(g.loss_vs_fixed for g in by_path.reasons)
+    assert vs_fixed == pytest.approx(sum(r.loss_vs_fixed for r in breakdown.reasons), abs=1e-9)
     assert decision_path(TailPandora(COST)) == "TailPandora"
     with pytest.raises(ValueError, match="by must be one of"):
         loss_breakdown(pool, COST, orderings=1, by="nope")
@@ -84,7 +86,10 @@ def test_paths_name_the_likelihood_path_once_streams_are_kept():
     rows = generate(SynthSpec(family="mixture", prompts=12, samples=120, seed=4))["rewards"]
     b = loss_breakdown(rows, COST, orderings=2, seed=0, by="path")
     groups = {g.reason: g.requests for g in b.reasons}
-    assert groups["cold start"] == 2 * 8  # the first 8 requests of each deployment
+    # the first 8 requests of each deployment: the cold start, or from the fifth on the
+    # streams' Best-of-N where 4 kept streams read lumpy (as this mixture's do)
+    assert groups["cold start"] + groups.get("streams", 0) == 2 * 8
+    assert groups["cold start"] >= 2 * 4
     assert groups["likelihood"] == 2 * 4
 
 
@@ -139,3 +144,22 @@ def test_task_labels_group_the_gap_key_the_priors_and_tighten_the_baseline(pool,
     assert one.task_fixed_profit == pytest.approx(one.fixed_profit, rel=1e-12)
     with pytest.raises(ValueError, match="task"):
         loss_breakdown(pool, COST, orderings=1, by="task")
+
+
+def test_positions_bin_the_requests_by_when_they_were_served(pool, breakdown):
+    """Grouped by position in the deployment: doubling bins that sort in serving order, the
+    same requests and gap as by stop reason, each bin holding one request per deployment per
+    position (6 prompts: #1, #2-3, #4-6)."""
+    assert position_bins(np.arange(24), 24).tolist() == (
+        ["#01", "#02-03", "#02-03"] + ["#04-07"] * 4 + ["#08-15"] * 8 + ["#16-24"] * 9
+    )
+    assert position_bins(np.arange(3), 3).tolist() == ["#1", "#2-3", "#2-3"]
+    by_position = loss_breakdown(pool, COST, orderings=ORDERINGS, seed=1, by="position")
+    assert (by_position.profit, by_position.fixed_profit) == (
+        breakdown.profit,
+        breakdown.fixed_profit,
+    )
+    groups = {g.reason: g.requests for g in by_position.reasons}
+    assert groups == {"#1": ORDERINGS, "#2-3": 2 * ORDERINGS, "#4-6": 3 * ORDERINGS}
+    vs_fixed = sum(g.loss_vs_fixed for g in by_position.reasons)
+    assert vs_fixed == pytest.approx(sum(r.loss_vs_fixed for r in breakdown.reasons), abs=1e-9)

@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from stoppers.faircap import acceptance_rate
-from stoppers.robust.cost_prior import STREAMS_N_KEY, CostShapePrior
+from stoppers.robust.cost_prior import (
+    STREAMS_N_KEY,
+    STREAMS_N_MIN_STREAMS,
+    STREAMS_N_XI_REQUESTS,
+    CostShapePrior,
+)
 from stoppers.robust.shape_cost import ShapePandora
 from stoppers.robust.stream_bootstrap import (
     BOOTSTRAP_MIN_STREAMS,
@@ -146,3 +151,45 @@ def test_the_n_is_built_by_the_hook_where_the_gateway_sets_one() -> None:
     assert n is not None and ShapePandora(1e-3, prior=prior, max_samples=960).streams_n == n
     # a client's cost is keyed to three significant digits: 0.0010004 reads the same build
     assert prior.streams_best_of_n(0.0010004, min_samples=8, horizon=960) == n
+
+
+def test_the_n_is_read_from_four_requests_streams() -> None:
+    """The cost path reads its N from ``STREAMS_N_MIN_STREAMS`` kept streams, once the xi
+    distribution learned from ``STREAMS_N_XI_REQUESTS`` requests reads light tails: on the judge
+    deployment, none after three requests, an N after four (the target tables still wait for
+    ``BOOTSTRAP_MIN_STREAMS``). The N read from four streams is within 15% of the one read from
+    thirty (63 / 61 / 79 against 67 / 63 / 72 at c = 1e-3)."""
+    assert STREAMS_N_MIN_STREAMS == STREAMS_N_XI_REQUESTS == 4 < BOOTSTRAP_MIN_STREAMS
+    for seed in range(3):
+        rows, full = _deployment(seed)
+        rng = np.random.default_rng(seed + 10)
+        prior = CostShapePrior()
+        for k, row in enumerate(rows[:STREAMS_N_MIN_STREAMS], start=1):
+            assert prior.streams_best_of_n(1e-3, min_samples=8, horizon=960) is None, k
+            prior.update(rng.choice(row, 96, replace=False).tolist())
+        assert prior.streams_readable(STREAMS_N_MIN_STREAMS, STREAMS_N_XI_REQUESTS)
+        assert not prior.streams_readable()  # the target tables' bar
+        early = prior.streams_best_of_n(1e-3, min_samples=8, horizon=960)
+        late = full.streams_best_of_n(1e-3, min_samples=8, horizon=960)
+        assert early is not None and late is not None
+        assert abs(early - late) <= 0.15 * late, (seed, early, late)
+
+
+def test_four_requests_tell_open_tails_from_bounded_ones() -> None:
+    """The light-tail read from four requests: the xi distribution's base measure (two
+    requests' worth at xi = 0) keeps open tails from passing as light by chance. Of 20
+    deployments of four exponential streams (xi = 0) at most two read light (one does); of
+    20 of uniform ones (xi = -1) every one does."""
+
+    def light(draw) -> int:
+        count = 0
+        for seed in range(20):
+            rng = np.random.default_rng(seed)
+            prior = CostShapePrior()
+            for _ in range(STREAMS_N_XI_REQUESTS):
+                prior.update((rng.normal(0.0, 2.0) + draw(rng)).tolist())
+            count += prior.streams_readable(STREAMS_N_MIN_STREAMS, STREAMS_N_XI_REQUESTS)
+        return count
+
+    assert light(lambda rng: rng.exponential(1.0, 96)) <= 2
+    assert light(lambda rng: rng.uniform(0.0, 1.0, 96)) == 20

@@ -35,6 +35,8 @@ __all__ = [
     "MAX_DISPERSION",
     "SHAPE_TEST_EDGES",
     "STREAMS_N_KEY",
+    "STREAMS_N_MIN_STREAMS",
+    "STREAMS_N_XI_REQUESTS",
     "CostShapePrior",
     "StreamsBestOfN",
     "cost_shape_prior",
@@ -78,6 +80,16 @@ MAXIMA_MIN_REWARDS = 8  # kept streams shorter than this say little about where 
 LIKELIHOOD_KEY = ("likelihood-shape",)
 CENSORED_KEY = ("censored-shape",)
 STREAMS_N_KEY = "streams-best-of-n"  # first item of a streams_best_of_n key
+# The streams' Best-of-N is read from this many kept streams, and where the xi distribution
+# learned from this many requests reads light tails (the target tables wait for 10 streams and
+# 8 requests). Why: a 24-prompt deployment of the real pool redrawn (`ap05`) ran its first 10
+# requests on the cold start, at 0.83 of the best fixed N for the first request and 0.96 for
+# the 4th-7th (c = 1e-3, 24 x 40); the N's profit curve is flat near its best, so an N read
+# from fewer streams pays sooner than the cold start does. The xi distribution's base measure
+# (two requests' worth at xi = 0) keeps a deployment read from few requests from passing as
+# light-tailed by chance (docs/robust-stopping.md, "The streams' Best-of-N from four requests").
+STREAMS_N_MIN_STREAMS = 4
+STREAMS_N_XI_REQUESTS = 4
 
 
 @dataclass(frozen=True)
@@ -254,7 +266,9 @@ class CostShapePrior(ShapePrior):
         and rebuilt as the target tables are (here, or by :attr:`schedule_build` elsewhere).
         The cost is keyed to three significant digits: a client-chosen cost cannot force
         endless builds."""
-        if self.requests == 0 or not self.streams_readable():
+        if self.requests == 0 or not self.streams_readable(
+            STREAMS_N_MIN_STREAMS, STREAMS_N_XI_REQUESTS
+        ):
             return None
         alpha = self.alpha if alpha is None else float(alpha)
         key = (STREAMS_N_KEY, float(f"{cost:.3g}"), int(min_samples), int(horizon), alpha)
@@ -269,13 +283,19 @@ class CostShapePrior(ShapePrior):
         requests = self.requests
         if key[0] == STREAMS_N_KEY:
             _, cost, min_samples, horizon, alpha = key
-            read = self.lumpy_streams(alpha)
+            read = self.lumpy_streams(alpha, STREAMS_N_MIN_STREAMS, STREAMS_N_XI_REQUESTS)
 
             def build() -> StreamsBestOfN:
                 prompts = read()
                 if prompts is None:
                     return StreamsBestOfN(None, requests)
-                n = n_for_cost(prompts.prompts, cost, horizon=horizon, min_samples=min_samples)
+                n = n_for_cost(
+                    prompts.prompts,
+                    cost,
+                    horizon=horizon,
+                    min_samples=min_samples,
+                    min_streams=STREAMS_N_MIN_STREAMS,
+                )
                 return StreamsBestOfN(n, requests)
 
             return build

@@ -26,6 +26,8 @@ prompt's mean over the deployments: how far a fresh draw of as many prompts coul
 
 ``--task-key ARRAY`` keys the priors by a per-prompt label of the file (e.g. ``family``), as
 the gateway's ``X-Pandora-Task`` does, and ``--by task`` groups the requests by that label.
+``--by position`` groups them by when their deployment served them (#1, #2-3, #4-7, ...): how
+much of the gap is the first requests', served before the prior has learned anything.
 """
 
 from __future__ import annotations
@@ -55,12 +57,18 @@ __all__ = [
     "load_pool",
     "loss_breakdown",
     "main",
+    "position_bins",
     "ratio_standard_errors",
 ]
 
 POLICIES = ("default", "tail")
-GROUPINGS = ("reason", "path", "task")
-GROUP_NAMES = {"reason": "stop reason", "path": "decision path", "task": "task"}
+GROUPINGS = ("reason", "path", "task", "position")
+GROUP_NAMES = {
+    "reason": "stop reason",
+    "path": "decision path",
+    "task": "task",
+    "position": "position in the deployment",
+}
 
 
 @dataclass(frozen=True)
@@ -148,8 +156,9 @@ def loss_breakdown(
 ) -> LossBreakdown:
     """Replay ``orderings`` deployments of ``policy`` on ``rewards`` (prompts x samples, NaN =
     missing) at ``cost`` and split its profit gap by stop reason, with ``by="path"`` by
-    :func:`decision_path`, or with ``by="task"`` by the prompts' ``tasks`` labels (see the
-    module docstring). ``tasks`` keys the priors by label unless ``keyed`` is false."""
+    :func:`decision_path`, with ``by="task"`` by the prompts' ``tasks`` labels (see the
+    module docstring), or with ``by="position"`` by when each request was served
+    (:func:`position_bins`). ``tasks`` keys the priors by label unless ``keyed`` is false."""
     if by not in GROUPINGS:
         raise ValueError(f"by must be one of {GROUPINGS}, got {by!r}")
     if by == "task" and tasks is None:
@@ -202,6 +211,9 @@ def loss_breakdown(
     elif by == "task":
         assert labels is not None
         group = labels
+    elif by == "position":
+        served_at = np.broadcast_to(np.arange(replay.prompts), replay.prompt.shape)
+        group = replay.per_prompt(position_bins(served_at, replay.prompts)).reshape(-1)
     else:
         group = replay.per_prompt(replay.reason).reshape(-1)
     per_deployment = 1.0 / orderings
@@ -236,6 +248,23 @@ def loss_breakdown(
         se_deployments=se_deployments,
         se_prompts=se_prompts,
     )
+
+
+def position_bins(position: np.ndarray, served: int) -> np.ndarray:
+    """Labels of 0-based serving positions in doubling bins, ``"#01"``, ``"#02-03"``,
+    ``"#04-07"``, ... (zero-padded to sort in order; the last bin ends at ``served``).
+
+    Why: a deployment's first requests run on what it has not learned yet; doubling bins say
+    how fast a rule's profit catches up with the best fixed N as the prior learns."""
+    digits = len(str(served))
+    start = 2 ** np.floor(np.log2(np.asarray(position) + 1)).astype(np.int64)
+    end = np.minimum(2 * start - 1, served)
+    labels = np.empty(start.shape, dtype=object)
+    for lo in np.unique(start):
+        hi = int(end[start == lo][0])
+        name = f"#{lo:0{digits}d}" + ("" if hi == lo else f"-{hi:0{digits}d}")
+        labels[start == lo] = name
+    return labels
 
 
 def fixed_profits(batch: PromptBatch, cost: float, prefix: np.ndarray | None = None) -> np.ndarray:
@@ -316,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=GROUPINGS,
         default="reason",
         help="group requests by stop reason, by what decided them (cold start, likelihood "
-        "path, learned shape) or by their --task-key label",
+        "path, learned shape), by their --task-key label, or by their position in the "
+        "deployment (doubling bins: #1, #2-3, #4-7, ...)",
     )
     parser.add_argument(
         "--task-key",

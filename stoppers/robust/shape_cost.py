@@ -62,7 +62,10 @@ stopping sooner only at the deployment's ceiling or on its floor's bound. Why: o
 the cold start's GPD tail is fitted to a few lumps and a floor, and it stopped both too soon and
 too late: on the real pool redrawn to 960 (`ap05`) it earned 0.958 of the best fixed N at
 c = 1e-3, while the N read from the kept streams is within a few draws of that best N
-(docs/robust-stopping.md, "Cost mode on lumpy streams: the Best-of-N they say pays").
+(docs/robust-stopping.md, "Cost mode on lumpy streams: the Best-of-N they say pays"). It is read
+from the fifth request on: four kept streams,
+:data:`~stoppers.robust.cost_prior.STREAMS_N_MIN_STREAMS` ("The streams' Best-of-N from four
+requests").
 
 Cost per observation: the gain (~25 x the bins between best and kappa) is recomputed on every
 reward while n <= ``EXACT_UNTIL``, later only when the best rises or n has grown by 1/32 since

@@ -137,6 +137,7 @@ from stoppers.robust.stream_bootstrap import (
     n_for_target,
     pseudo_prompts,
 )
+from stoppers.robust.xi_prior import MIN_REQUESTS as XI_MIN_REQUESTS
 from stoppers.robust.xi_prior import XiPrior
 
 __all__ = ["MAX_TABLES", "AnyTable", "ShapePrior", "build_table"]
@@ -723,25 +724,35 @@ class ShapePrior:
         interior = self._interior
         return (floor, interior) if len(interior) >= INTERIOR_STREAMS_MIN else None
 
-    def streams_readable(self) -> bool:
-        """What :meth:`lumpy_streams` needs before it reads anything: light tails, continuous
-        rewards and ``BOOTSTRAP_MIN_STREAMS`` kept streams long enough to read (cheap to check,
-        so a build is not asked for, and cached, before they hold)."""
-        light_tails = self.xi.learned and self.xi.mean_xi <= LIGHT_TAIL_XI
+    def streams_readable(
+        self, min_streams: int = BOOTSTRAP_MIN_STREAMS, xi_requests: int = XI_MIN_REQUESTS
+    ) -> bool:
+        """What :meth:`lumpy_streams` needs before it reads anything: light tails (the mean of
+        the xi distribution learned from at least ``xi_requests`` requests), continuous rewards
+        and ``min_streams`` kept streams long enough to read (cheap to check, so a build is not
+        asked for, and cached, before they hold)."""
+        xi = self.xi
+        light_tails = xi.requests >= xi_requests and xi.mean_xi <= LIGHT_TAIL_XI
         if not light_tails or self.lattice_step() is not None:
             return False
         # a stream shorter than the kept length loses its last reward (pseudo_prompts)
         long = sum(len(s) - (len(s) < STREAM_REWARDS) >= STREAM_MIN_REWARDS for s in self.streams)
-        return long >= BOOTSTRAP_MIN_STREAMS
+        return long >= min_streams
 
-    def lumpy_streams(self, alpha: float) -> Callable[[], StreamPrompts | None]:
+    def lumpy_streams(
+        self,
+        alpha: float,
+        min_streams: int = BOOTSTRAP_MIN_STREAMS,
+        xi_requests: int = XI_MIN_REQUESTS,
+    ) -> Callable[[], StreamPrompts | None]:
         """A read of the kept streams as pseudo-prompts on a snapshot taken now (the returned
         function may run on another thread): the :class:`StreamPrompts` where the bootstrap
         reads them, as the target tables do - continuous rewards (a lattice's streams hold only
         the levels they drew), light tails (heavy ones would put the benchmark too low,
         :data:`LIGHT_TAIL_XI`) and lumpy streams (:attr:`StreamPrompts.lumpy`; on smooth ones
-        the fitted shape describes every prompt) - else None."""
-        if not self.streams_readable():
+        the fitted shape describes every prompt) - else None. ``min_streams`` and
+        ``xi_requests``: :meth:`streams_readable`'s."""
+        if not self.streams_readable(min_streams, xi_requests):
             return lambda: None
         kept, requests, cache = list(self.streams), self.requests, self._pseudo_prompts
         bound = floor_of(self)

@@ -75,7 +75,9 @@ __all__ = [
     "top_cluster_ratio",
 ]
 
-BOOTSTRAP_MIN_STREAMS = 10  # kept streams (after the length cut) before the bootstrap sizes N
+# kept streams (after the length cut) before the bootstrap sizes a target table's N (cost mode's
+# Best-of-N reads fewer: cost_prior.STREAMS_N_MIN_STREAMS)
+BOOTSTRAP_MIN_STREAMS = 10
 STREAM_MIN_REWARDS = 24  # a shorter stream says too little about its prompt's top
 # the deployment's mean GPD tail shape (XiPrior.mean_xi) at or under which kernels may read its
 # tops: after 40 requests -0.66 / -0.69 on the real pool redrawn (`ap05` / `ap15`), -0.47 on
@@ -412,14 +414,15 @@ def n_for_cost(
     *,
     horizon: int,
     min_samples: int = 1,
+    min_streams: int = BOOTSTRAP_MIN_STREAMS,
 ) -> int | None:
     """The n in [min_samples, horizon] whose Best-of-n earns most on average over the
-    pseudo-prompts, mean acceptance - ``cost`` n (None: fewer than
-    :data:`BOOTSTRAP_MIN_STREAMS`). Bisection on the marginal draw: on each prompt the n-th
-    draw adds E[(AR(X - kappa) - AR(M - kappa))+], M the best of the n - 1 before it, which
-    falls as M rises, so the draws that pay are the first few."""
+    pseudo-prompts, mean acceptance - ``cost`` n (None: fewer than ``min_streams``).
+    Bisection on the marginal draw: on each prompt the n-th draw adds
+    E[(AR(X - kappa) - AR(M - kappa))+], M the best of the n - 1 before it, which falls as M
+    rises, so the draws that pay are the first few."""
     lo, hi = max(int(min_samples), 1), int(horizon)
-    if len(prompts) < BOOTSTRAP_MIN_STREAMS or hi < lo:
+    if len(prompts) < min_streams or hi < lo:
         return None
 
     def stops_paying(n: int) -> bool:  # does the n-th draw add no more than it costs?
