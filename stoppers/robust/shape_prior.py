@@ -602,11 +602,10 @@ class ShapePrior:
         # saves +0.20 -> +0.01 at 0.9; docs/robust-stopping.md, "The cut read in target mode")
         censored = self.censoring_floor()
         kept = list(self.streams) if censored is not None or step is None else []
-        bound = floor_of(self)
-        ends = (None if bound is None else bound.value, ceiling_of(self))
+        ends = self._stream_ends()
         fitted_cache, interior_cache = self._fitted, self._fitted_interior
         cut_cache, prompts_cache = self._cut_interior, self._pseudo_prompts
-        light_tails = self.xi.learned and self.xi.mean_xi <= LIGHT_TAIL_XI
+        light_tails = self._light_tails(XI_MIN_REQUESTS)
 
         def build() -> AnyTable:
             table = build_shaped()
@@ -731,13 +730,21 @@ class ShapePrior:
         the xi distribution learned from at least ``xi_requests`` requests), continuous rewards
         and ``min_streams`` kept streams long enough to read (cheap to check, so a build is not
         asked for, and cached, before they hold)."""
-        xi = self.xi
-        light_tails = xi.requests >= xi_requests and xi.mean_xi <= LIGHT_TAIL_XI
-        if not light_tails or self.lattice_step() is not None:
+        if not self._light_tails(xi_requests) or self.lattice_step() is not None:
             return False
         # a stream shorter than the kept length loses its last reward (pseudo_prompts)
         long = sum(len(s) - (len(s) < STREAM_REWARDS) >= STREAM_MIN_REWARDS for s in self.streams)
         return long >= min_streams
+
+    def _light_tails(self, xi_requests: int) -> bool:
+        """Does the xi distribution, learned from at least ``xi_requests`` requests, read light
+        tails (its mean at most :data:`LIGHT_TAIL_XI`), where kernels may read the streams' tops?"""
+        return self.xi.requests >= xi_requests and self.xi.mean_xi <= LIGHT_TAIL_XI
+
+    def _stream_ends(self) -> tuple[float | None, float | None]:
+        """(floor, ceiling) the kept streams are read against as pseudo-prompts (None: none)."""
+        bound = floor_of(self)
+        return (None if bound is None else bound.value, ceiling_of(self))
 
     def lumpy_streams(
         self,
@@ -755,8 +762,7 @@ class ShapePrior:
         if not self.streams_readable(min_streams, xi_requests):
             return lambda: None
         kept, requests, cache = list(self.streams), self.requests, self._pseudo_prompts
-        bound = floor_of(self)
-        ends = (None if bound is None else bound.value, ceiling_of(self))
+        ends = self._stream_ends()
 
         def read() -> StreamPrompts | None:
             prompts = _stream_prompts(cache, kept, requests, alpha, ends)
