@@ -33,6 +33,7 @@ much of the gap is the first requests', served before the prior has learned anyt
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -59,6 +60,7 @@ __all__ = [
     "main",
     "position_bins",
     "ratio_standard_errors",
+    "save_rows",
 ]
 
 POLICIES = ("default", "tail")
@@ -106,6 +108,12 @@ class LossBreakdown:
     # far a fresh draw of as many prompts from the same family could move the ratio)
     se_deployments: float = float("nan")
     se_prompts: float = float("nan")
+    # per request, in batch layout (row = prompt * orderings + ordering): the policy's profit,
+    # the best fixed N's on the same stream, and when its deployment served it (0-based); what
+    # :mod:`stoppers.robust.paired_report` sets against another rule's on the same streams
+    request_profit: np.ndarray | None = None
+    request_fixed_profit: np.ndarray | None = None
+    request_position: np.ndarray | None = None
 
 
 def _policy_maker(
@@ -205,6 +213,8 @@ def loss_breakdown(
     oracle_ar = acceptance_rate(oracle.best, batch.kappa)
     oracle_profit = oracle_ar - cost * oracle.n
 
+    served_at = np.broadcast_to(np.arange(replay.prompts), replay.prompt.shape)
+    position = replay.per_prompt(served_at).reshape(-1)
     if by == "path":
         paths = np.array([decision_path(p) for p in served], dtype=object)
         group = replay.per_prompt(paths.reshape(replay.prompt.shape)).reshape(-1)
@@ -212,8 +222,7 @@ def loss_breakdown(
         assert labels is not None
         group = labels
     elif by == "position":
-        served_at = np.broadcast_to(np.arange(replay.prompts), replay.prompt.shape)
-        group = replay.per_prompt(position_bins(served_at, replay.prompts)).reshape(-1)
+        group = position_bins(position, replay.prompts)
     else:
         group = replay.per_prompt(replay.reason).reshape(-1)
     per_deployment = 1.0 / orderings
@@ -247,6 +256,9 @@ def loss_breakdown(
         task_fixed_profit=task_fixed_profit,
         se_deployments=se_deployments,
         se_prompts=se_prompts,
+        request_profit=profit,
+        request_fixed_profit=fixed_profit,
+        request_position=position,
     )
 
 
@@ -317,6 +329,21 @@ def render(b: LossBreakdown, by: str = "reason") -> str:
     return "\n".join(lines)
 
 
+def save_rows(path: str, breakdowns: list[LossBreakdown], **replay: object) -> None:
+    """Write each breakdown's per-request profits (``<cost>/profit``, ``<cost>/fixed``,
+    ``<cost>/position``) and the ``replay`` it came from (pool, prompts, orderings, seed, ...)
+    to the .npz ``path``: one rule's side of :mod:`stoppers.robust.paired_report`."""
+    arrays: dict[str, np.ndarray] = {
+        f"replay/{k}": np.asarray("" if v is None else v) for k, v in replay.items()
+    }
+    for b in breakdowns:
+        assert b.request_profit is not None and b.request_fixed_profit is not None
+        arrays[f"{b.cost:g}/profit"] = b.request_profit
+        arrays[f"{b.cost:g}/fixed"] = b.request_fixed_profit
+        arrays[f"{b.cost:g}/position"] = np.asarray(b.request_position)
+    np.savez_compressed(path, **arrays)
+
+
 def load_pool(
     file: str, label_key: str | None = None, prompts: int | None = None
 ) -> tuple[np.ndarray, list[str] | None]:
@@ -358,10 +385,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --task-key: one prior for the whole deployment (the labels only group)",
     )
+    parser.add_argument(
+        "--rows-out",
+        metavar="FILE",
+        help="also write every request's profit, the best fixed N's and its position to this "
+        ".npz, for python -m stoppers.robust.paired_report against another rule's",
+    )
     args = parser.parse_args(argv)
     if args.by == "task" and args.task_key is None:
         parser.error("--by task needs --task-key")
     rewards, tasks = load_pool(args.file, args.task_key, args.prompts)
+    breakdowns = []
     for cost in args.cost:
         b = loss_breakdown(
             rewards,
@@ -375,6 +409,18 @@ def main(argv: list[str] | None = None) -> int:
             keyed=not args.shared_prior,
         )
         print(render(b, args.by))
+        breakdowns.append(b)
+    if args.rows_out:
+        save_rows(
+            args.rows_out,
+            breakdowns,
+            pool=os.path.basename(args.file),  # the streams themselves are checked on reading
+            prompts=rewards.shape[0],
+            orderings=args.orderings,
+            seed=args.seed,
+            max_samples=args.max_samples,
+            policy=args.policy,
+        )
     return 0
 
 
