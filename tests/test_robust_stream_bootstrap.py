@@ -376,3 +376,32 @@ def test_top_answer_prompts_recover_their_true_best_of_n(monkeypatch) -> None:
                 m.setattr(stream_bootstrap, "cluster_widths", lambda x, h, _: np.full(len(x), h))
                 one_width = bootstrap_n(streams, target, alpha=ALPHA, horizon=960)
             assert one_width is not None and one_width > got
+
+
+def test_a_deployment_whose_requests_stop_early_reads_its_few_long_streams() -> None:
+    """At a low target the warm requests stop after 8-25 rewards, too few to read
+    (``STREAM_MIN_REWARDS``): the long streams are mostly the cold start's. Thirty requests, the
+    first five of 96 rewards and the rest of 12: a lumpy deployment calibrates its table on
+    the five (10 of 10 seeds; none with four), a normal one keeps its shape's table (1 of 10
+    read lumpy by chance) and a Gumbel one too (0 of 10)."""
+    from stoppers.robust.shape_prior import ShapePrior
+    from stoppers.robust.stop_table import StopTable
+
+    assert BOOTSTRAP_MIN_STREAMS == 5
+
+    def on_streams(draw, long: int) -> int:
+        count = 0
+        for seed in range(10):
+            rng = np.random.default_rng(seed)
+            prior = ShapePrior()
+            for i in range(30):
+                rewards = rng.normal(0.0, 2.0) + draw(rng)
+                prior.update(rewards if i < long else rewards[:12])
+            table = prior.table(0.7, min_samples=8, horizon=960)
+            count += isinstance(table, StopTable) and table.on_streams
+        return count
+
+    assert on_streams(_lumps, 5) == 10
+    assert on_streams(_lumps, 4) == 0
+    assert on_streams(lambda rng: rng.normal(0.0, 1.0, 96), 5) <= 2
+    assert on_streams(lambda rng: rng.gumbel(0.0, 1.0, 96), 5) <= 2

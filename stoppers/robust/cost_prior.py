@@ -81,7 +81,7 @@ LIKELIHOOD_KEY = ("likelihood-shape",)
 CENSORED_KEY = ("censored-shape",)
 STREAMS_N_KEY = "streams-best-of-n"  # first item of a streams_best_of_n key
 # The streams' Best-of-N is read from this many kept streams, and where the xi distribution
-# learned from this many requests reads light tails (the target tables wait for 10 streams and
+# learned from this many requests reads light tails (the target tables wait for 5 streams and
 # 8 requests). Why: a 24-prompt deployment of the real pool redrawn (`ap05`) ran its first 10
 # requests on the cold start, at 0.83 of the best fixed N for the first request and 0.96 for
 # the 4th-7th (c = 1e-3, 24 x 40); the N's profit curve is flat near its best, so an N read
