@@ -61,6 +61,7 @@ __all__ = [
     "position_bins",
     "ratio_standard_errors",
     "save_rows",
+    "standard_error",
 ]
 
 POLICIES = ("default", "tail")
@@ -294,10 +295,10 @@ def ratio_standard_errors(
     prompts (rows in batch layout: prompt * orderings + ordering)."""
     gap = (np.asarray(profit) - np.asarray(fixed_profit)).reshape(-1, orderings)
     scale = float(np.mean(fixed_profit))
-    return _standard_error(gap.mean(axis=0)) / scale, _standard_error(gap.mean(axis=1)) / scale
+    return standard_error(gap.mean(axis=0)) / scale, standard_error(gap.mean(axis=1)) / scale
 
 
-def _standard_error(values: np.ndarray) -> float:
+def standard_error(values: np.ndarray) -> float:
     """Standard error of the mean of ``values`` (NaN for fewer than two)."""
     return float(np.std(values, ddof=1) / np.sqrt(values.size)) if values.size > 1 else np.nan
 

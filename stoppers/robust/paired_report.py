@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stoppers.robust.loss_report import position_bins
+from stoppers.robust.loss_report import position_bins, standard_error
 
 __all__ = ["PairedDifference", "main", "paired_differences"]
 
@@ -104,7 +104,6 @@ def _difference(
 
     fixed = per_deployment(before["fixed"]).mean()
     gap = (per_deployment(after["profit"]) - per_deployment(before["profit"])) / fixed
-    se = float(gap.std(ddof=1) / np.sqrt(orderings)) if orderings > 1 else float("nan")
     return PairedDifference(
         cost=cost,
         group=group,
@@ -112,7 +111,7 @@ def _difference(
         before=float(before["profit"][rows].sum() / before["fixed"][rows].sum()),
         after=float(after["profit"][rows].sum() / after["fixed"][rows].sum()),
         difference=float(gap.mean()),
-        standard_error=se,
+        standard_error=standard_error(gap),
     )
 
 
