@@ -5,7 +5,8 @@ learns across the prompts of a deployment (a :class:`~stoppers.deployment.Deploy
 cannot be judged there. Here each ordering ``o`` is one deployment: a random order of the
 prompts, a fresh prior, and the prompts served one after another; after each prompt the prior
 learns ``prior.update(rewards the policy observed, in observation order)`` - never a reward it
-did not pay for, never a later prompt.
+did not pay for, never a later prompt (the one exception, ``lessons``, is a labelled ablation:
+:mod:`stoppers.replay.lessons`).
 
 Each prompt's sample order in deployment ``o`` is row ``o`` of
 :func:`stoppers.replay.orderings.orderings` (seed, prompt index) - the very stream the
@@ -29,6 +30,7 @@ from stoppers.deployment import DeploymentPrior
 from stoppers.replay.baselines import fixed_acceptance_curves, oracle_outcome
 from stoppers.replay.batch import Outcome, PromptBatch
 from stoppers.replay.engine import PromptSummaries
+from stoppers.replay.lessons import Lessons
 from stoppers.replay.orderings import orderings as sample_orderings
 
 __all__ = [
@@ -104,6 +106,7 @@ def replay_deployment(
     max_samples: int | None = None,
     tasks: Sequence[str] | None = None,
     in_order: bool = False,
+    lessons: Lessons | None = None,
 ) -> DeploymentReplay:
     """Serve every prompt of ``rewards`` (NaN = missing) once per simulated deployment.
 
@@ -117,6 +120,10 @@ def replay_deployment(
     ``tasks`` (one label per prompt) keys the priors as the gateway's ``X-Pandora-Task`` does:
     each deployment keeps one prior per label, created when its first prompt is served, and a
     prompt learns from and teaches only its own label's prior.
+
+    ``lessons`` (an ablation, :mod:`stoppers.replay.lessons`): the prior learns
+    ``lessons(prompt index, the request's rewards)`` in place of the request's rewards; the
+    served streams are the same.
     """
     if orderings < 1:
         raise ValueError("orderings must be >= 1")
@@ -161,7 +168,8 @@ def replay_deployment(
             reason[o, pos] = policy.stop_reason or "budget"
             learned_before[o, pos] = counted.get(task, 0)
             if prior is not None:
-                updates[o, pos] = bool(prior.update(seen))
+                taught = seen if lessons is None else list(lessons(int(i), seen))
+                updates[o, pos] = bool(prior.update(taught))
                 counted[task] = counted.get(task, 0) + int(updates[o, pos])
     return DeploymentReplay(
         prompt=prompt,

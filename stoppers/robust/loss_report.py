@@ -46,6 +46,7 @@ from stoppers.faircap import acceptance_rate
 from stoppers.replay.baselines import fixed_best, oracle_outcome
 from stoppers.replay.batch import PromptBatch
 from stoppers.replay.deployment import deployment_batch, replay_deployment
+from stoppers.replay.lessons import LESSONS, lessons_for
 from stoppers.replay.loaders import load_task_labels
 from stoppers.robust.cost import TailPandora
 from stoppers.robust.shape_cost import ShapePandora
@@ -162,12 +163,15 @@ def loss_breakdown(
     by: str = "reason",
     tasks: list[str] | None = None,
     keyed: bool = True,
+    lessons: str = "served",
 ) -> LossBreakdown:
     """Replay ``orderings`` deployments of ``policy`` on ``rewards`` (prompts x samples, NaN =
     missing) at ``cost`` and split its profit gap by stop reason, with ``by="path"`` by
     :func:`decision_path`, with ``by="task"`` by the prompts' ``tasks`` labels (see the
     module docstring), or with ``by="position"`` by when each request was served
-    (:func:`position_bins`). ``tasks`` keys the priors by label unless ``keyed`` is false."""
+    (:func:`position_bins`). ``tasks`` keys the priors by label unless ``keyed`` is false.
+    ``lessons`` (:data:`~stoppers.replay.lessons.LESSONS`): what the prior learns from each
+    request, its own rewards unless an ablation says otherwise."""
     if by not in GROUPINGS:
         raise ValueError(f"by must be one of {GROUPINGS}, got {by!r}")
     if by == "task" and tasks is None:
@@ -189,6 +193,7 @@ def loss_breakdown(
         seed=seed,
         max_samples=max_samples,
         tasks=tasks if keyed else None,
+        lessons=lessons_for(lessons, rewards, seed=seed),
     )
     batch = deployment_batch(
         rewards, orderings=orderings, seed=seed, alpha=alpha, max_samples=max_samples
@@ -387,6 +392,14 @@ def main(argv: list[str] | None = None) -> int:
         help="with --task-key: one prior for the whole deployment (the labels only group)",
     )
     parser.add_argument(
+        "--lessons",
+        choices=LESSONS,
+        default="served",
+        help="what the prior learns from each request: its own rewards (served), or, as an "
+        "ablation no gateway can run, unselected draws of the served prompt: 96 a request "
+        "(unselected) or as many as the previous request drew (unselected-matched)",
+    )
+    parser.add_argument(
         "--rows-out",
         metavar="FILE",
         help="also write every request's profit, the best fixed N's and its position to this "
@@ -408,7 +421,10 @@ def main(argv: list[str] | None = None) -> int:
             by=args.by,
             tasks=tasks,
             keyed=not args.shared_prior,
+            lessons=args.lessons,
         )
+        if args.lessons != "served":
+            print(f"(ablation: the prior taught {args.lessons} draws, not the requests' own)")
         print(render(b, args.by))
         breakdowns.append(b)
     if args.rows_out:
@@ -421,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             max_samples=args.max_samples,
             policy=args.policy,
+            lessons=args.lessons,
         )
     return 0
 

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from stoppers.replay.lessons import lessons_for
 from stoppers.replay.loaders import load_task_labels
 from stoppers.robust.shape_prior import ShapePrior, build_table
 from stoppers.robust.stop_table import S_BINS, Z_BINS, StopTable, TableKey, s_bin, z_bin
@@ -76,8 +77,12 @@ POOLED = (
     "pooled-recorded",
     "pooled-deconv",
     "pooled-oracle",
+    "pooled-unselected",
+    "pooled-unselected-matched",
 )
 POLICIES = (*POOLED, "tail", "paper")
+# the default taught unselected draws of each served prompt (stoppers.replay.lessons), by lessons
+UNSELECTED = {"pooled-unselected": "unselected", "pooled-unselected-matched": "unselected-matched"}
 PER_PROMPT_SHRINK = 0.25  # pooled-per-prompt: ShapePrior(scale_shrink=...)
 LABELS = {
     "pooled": "**PooledTargetAcceptance**",
@@ -86,6 +91,12 @@ LABELS = {
     "pooled-recorded": "PooledTargetAcceptance, recorded shape (earlier default)",
     "pooled-deconv": "PooledTargetAcceptance, deconvolved shape (opt-in)",
     "pooled-oracle": "PooledTargetAcceptance told the pool's shape and scales (ablation)",
+    "pooled-unselected": (
+        "PooledTargetAcceptance, prior taught 96 unselected draws a request (ablation)"
+    ),
+    "pooled-unselected-matched": (
+        "PooledTargetAcceptance, prior taught unselected draws, as many as served (ablation)"
+    ),
     "tail": "TailTargetAcceptance",
     "paper": "paper TargetAcceptance",
 }
@@ -141,7 +152,7 @@ def _maker(
             if rewards is None:
                 raise ValueError("pooled-oracle needs the pool's rewards")
             new_prior = PoolShapeOracle.of_pool(rewards)
-        elif policy in ("pooled", "pooled-table"):
+        elif policy in ("pooled", "pooled-table", *UNSELECTED):
             new_prior = ShapePrior
         elif policy == "pooled-per-prompt":
             new_prior = partial(ShapePrior, scale_shrink=PER_PROMPT_SHRINK)
@@ -181,6 +192,7 @@ def run_one(
     out: dict = {}
     for target in targets:
         make, new_prior = _maker(policy, target, budget, min_samples, rewards)
+        lessons = lessons_for(UNSELECTED.get(policy, "served"), rewards, seed=seed)
         run = replay_deployment(
             rewards,
             make,
@@ -189,6 +201,7 @@ def run_one(
             seed=seed,
             max_samples=max_samples,
             tasks=tasks,
+            lessons=lessons,
         )
         masks = {"all": None}
         if policy in POOLED:
