@@ -1,16 +1,16 @@
 """What a replayed deployment's prior learns from each request: its own rewards, or (an
 ablation) draws of the served prompt that no stopping rule selected.
 
-Why: a request's rewards are selected by the rule that stopped it. At a low target a request
-stops soon after its prompt's top answer turns up, so the long streams a prior keeps are mostly
-those that missed it, and the prompts whose top answer is common rarely leave a long stream.
-The priors read the kept streams one prompt at a time (the target tables' pseudo-prompts,
-:mod:`stoppers.robust.stream_bootstrap`), and no per-stream correction can undo that: after a
-stop at the first top answer, the unbiased estimate of its share is 0 (the inverse binomial's,
-(hits - 1) / (draws - 1)). This ablation measures what the selection and the streams' lengths
-cost: the prior is taught, in each request's place, draws of the served prompt's whole row made
-without looking at them. A gateway cannot run it (it would pay for draws no request asked
-for); the replay reports label it as an ablation.
+Why: a request's rewards are selected by the rule that stopped it, and at a low target they
+are few. At a low target a request stops soon after its prompt's top answer turns up, so the
+long streams a prior keeps are mostly those that missed it; and a warm request leaves 10-40
+rewards, from which the target tables' pseudo-prompts (:mod:`stoppers.robust.stream_bootstrap`,
+one kernel density per kept stream) read a prompt's top. This ablation measures what each
+costs: the prior is taught, in each request's place, draws of the served prompt's whole row
+made without looking at them. A gateway cannot run it (it would pay for draws no request asked
+for); the replay reports label it as an ablation. Measured (docs/robust-stopping.md, "What the
+kept streams' selection and length cost"): in target mode the length, not the selection; in
+cost mode neither.
 
 * ``served``: the request's own rewards, in the order observed (what the gateway does);
 * ``unselected``: ``UNSELECTED_DRAWS`` draws without replacement from the prompt's row (all of
