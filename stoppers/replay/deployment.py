@@ -30,19 +30,23 @@ from stoppers.deployment import DeploymentPrior
 from stoppers.replay.baselines import fixed_acceptance_curves, oracle_outcome
 from stoppers.replay.batch import Outcome, PromptBatch
 from stoppers.replay.engine import PromptSummaries
-from stoppers.replay.lessons import Lessons
 from stoppers.replay.orderings import orderings as sample_orderings
 
 __all__ = [
     "DeploymentReplay",
+    "Lessons",
     "PolicyMaker",
     "deployment_batch",
     "deployment_summaries",
+    "prompt_pools",
     "replay_deployment",
 ]
 
 # make_policy(prior) -> a fresh policy for one request (prior is None without new_prior).
 PolicyMaker = Callable[[DeploymentPrior | None], StoppingPolicy]
+# lessons(prompt index, the request's rewards in observation order) -> what the prior learns
+# in their place (an ablation: stoppers.replay.lessons)
+Lessons = Callable[[int, list[float]], Sequence[float]]
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,8 @@ class DeploymentReplay:
         return self.learned_before >= after
 
 
-def _pools(rewards: np.ndarray) -> list[np.ndarray]:
+def prompt_pools(rewards: np.ndarray) -> list[np.ndarray]:
+    """Each prompt's finite rewards (ValueError: not a matrix, or a prompt with none)."""
     matrix = np.asarray(rewards, dtype=np.float64)
     if matrix.ndim != 2:
         raise ValueError(f"rewards must be a (prompts, samples) array, got shape {matrix.shape}")
@@ -127,7 +132,7 @@ def replay_deployment(
     """
     if orderings < 1:
         raise ValueError("orderings must be >= 1")
-    pools = _pools(rewards)
+    pools = prompt_pools(rewards)
     count = len(pools)
     labels = [""] * count if tasks is None else [str(t) for t in tasks]
     if len(labels) != count:
@@ -192,7 +197,7 @@ def deployment_batch(
     max_samples: int | None = None,
 ) -> PromptBatch:
     """The :class:`PromptBatch` of exactly the streams :func:`replay_deployment` served."""
-    pools = _pools(rewards)
+    pools = prompt_pools(rewards)
     return PromptBatch.build(
         pools,
         list(range(len(pools))),

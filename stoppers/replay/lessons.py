@@ -22,14 +22,13 @@ cost mode neither.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["LESSONS", "UNSELECTED_DRAWS", "Lessons", "UnselectedDraws", "lessons_for"]
+from stoppers.replay.deployment import Lessons, prompt_pools
 
-# (prompt index, the request's own rewards in observation order) -> what the prior learns
-Lessons = Callable[[int, list[float]], Sequence[float]]
+__all__ = ["LESSONS", "UNSELECTED_DRAWS", "Lessons", "UnselectedDraws", "lessons_for"]
 
 LESSONS = ("served", "unselected", "unselected-matched")
 UNSELECTED_DRAWS = 96  # the priors keep a stream's first 96 rewards (shape_prior.STREAM_REWARDS)
@@ -73,6 +72,4 @@ def lessons_for(name: str, rewards: np.ndarray, *, seed: int = 0) -> Lessons | N
         raise ValueError(f"lessons must be one of {LESSONS}, got {name!r}")
     if name == "served":
         return None
-    matrix = np.asarray(rewards, dtype=np.float64)
-    pools = [row[np.isfinite(row)] for row in matrix]
-    return UnselectedDraws(pools, matched=name == "unselected-matched", seed=seed)
+    return UnselectedDraws(prompt_pools(rewards), matched=name == "unselected-matched", seed=seed)

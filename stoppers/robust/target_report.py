@@ -69,6 +69,8 @@ __all__ = [
 
 TARGETS = (0.7, 0.8, 0.9, 0.95)
 TOLERANCE = 0.03  # the issue's |achieved - target| bound
+# the default taught unselected draws of each served prompt (stoppers.replay.lessons), by lessons
+UNSELECTED = {"pooled-unselected": "unselected", "pooled-unselected-matched": "unselected-matched"}
 # learn across the deployment: warm / cold rows too
 POOLED = (
     "pooled",
@@ -77,12 +79,9 @@ POOLED = (
     "pooled-recorded",
     "pooled-deconv",
     "pooled-oracle",
-    "pooled-unselected",
-    "pooled-unselected-matched",
+    *UNSELECTED,
 )
 POLICIES = (*POOLED, "tail", "paper")
-# the default taught unselected draws of each served prompt (stoppers.replay.lessons), by lessons
-UNSELECTED = {"pooled-unselected": "unselected", "pooled-unselected-matched": "unselected-matched"}
 PER_PROMPT_SHRINK = 0.25  # pooled-per-prompt: ShapePrior(scale_shrink=...)
 LABELS = {
     "pooled": "**PooledTargetAcceptance**",
