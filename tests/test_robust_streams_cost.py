@@ -106,6 +106,62 @@ def test_smooth_or_rounded_deployments_keep_their_rules() -> None:
         assert ShapePandora(1e-3, prior=prior, max_samples=960).streams_n is None
 
 
+def _winner_prompt(rng: np.random.Generator, size: int = 20_000) -> np.ndarray:
+    """A judge's prompt whose rewards read smooth: its own share at the floor, and above it one
+    normal bulk with a winning cluster of its own weight three sds up (the real pool's two-mode
+    interiors, smoothed)."""
+    at_floor = rng.random(size) < rng.uniform(0.2, 0.6)
+    winning = rng.random(size) < rng.uniform(0.05, 0.3)
+    inner = rng.normal(rng.normal(-3.0, 1.0), 1.0, size) + 3.0 * winning
+    return np.where(at_floor, FLOOR, np.maximum(inner, FLOOR))
+
+
+def test_smooth_streams_on_a_piled_floor_read_their_best_of_n() -> None:
+    """Where the rewards pile up at a floor, cost mode reads the streams' Best-of-N from smooth
+    streams too (the target tables do not: there a fitted shape decides instead). On 30 such
+    prompts, one stream of 96 each kept: the streams read smooth, the N read is within 10% of
+    the prompts' own best (107 / 113 / 114 against 113 / 109 / 112 at c = 1e-3) and earns
+    within 0.1% of its profit on the prompts' full distributions."""
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        rows = [_winner_prompt(rng) for _ in range(30)]
+        prior = CostShapePrior()
+        for row in rows:
+            prior.update(rng.choice(row, 96, replace=False).tolist())
+        assert prior.piled_floor() is not None
+        assert prior.lumpy_streams(ALPHA, STREAMS_N_MIN_STREAMS, STREAMS_N_XI_REQUESTS)() is None
+        truth = _full(rows)
+        for cost in (1e-3, 1e-4):
+            got = prior.streams_best_of_n(cost, min_samples=8, horizon=960)
+            want = n_for_cost(truth, cost, horizon=960, min_samples=8)
+            assert got is not None and want is not None
+            assert abs(got - want) <= 0.1 * want, (seed, cost, got, want)
+            profit = _mean_acceptance(truth, np.array([got, want], dtype=np.float64))
+            profit -= cost * np.array([got, want])
+            assert profit[0] >= profit[1] - 0.001 * abs(profit[1])
+
+
+def test_the_cold_start_on_a_piled_floor_gives_way_to_the_streams_best_of_n() -> None:
+    """Where the floor is not read as censoring (the interiors are not one shape), the request
+    that would run the cold start runs the streams' N; where it is read so (a normal cut at
+    the floor), the censored rule decides as before and no N is read in its place."""
+    rng = np.random.default_rng(1)
+    rows = [_winner_prompt(rng) for _ in range(30)]
+    prior = CostShapePrior()
+    for row in rows:
+        prior.update(rng.choice(row, 96, replace=False).tolist())
+    policy = ShapePandora(1e-3, prior=prior, max_samples=960)
+    n = prior.streams_best_of_n(1e-3, min_samples=8, horizon=960)
+    assert not policy.warm and not policy.censored and n is not None and policy.streams_n == n
+    cut = CostShapePrior()
+    for _ in range(30):
+        share = rng.uniform(0.2, 0.6)  # the prompt's share at the floor
+        latent = rng.normal(0.0, 1.0, 96) - float(np.quantile(rng.normal(0.0, 1.0, 4000), share))
+        cut.update(np.maximum(latent + FLOOR, FLOOR).tolist())
+    policy = ShapePandora(1e-3, prior=cut, max_samples=960)
+    assert cut.piled_floor() is not None and policy.censored and policy.streams_n is None
+
+
 def test_the_cold_start_gives_way_to_the_streams_best_of_n() -> None:
     """On the judge deployment the cold start would decide; the request runs the N read from
     the streams instead and stops there (reason "fixed"); rewards all at the floor stop

@@ -65,7 +65,9 @@ c = 1e-3, while the N read from the kept streams is within a few draws of that b
 (docs/robust-stopping.md, "Cost mode on lumpy streams: the Best-of-N they say pays"). It is read
 from the fifth request on: four kept streams,
 :data:`~stoppers.robust.cost_prior.STREAMS_N_MIN_STREAMS` ("The streams' Best-of-N from four
-requests").
+requests"). Where the rewards pile up at a floor it is read from smooth streams too: there the
+cold start that would decide keeps its margins whole and no fitted shape is in play ("Smooth
+streams on a piled floor").
 
 Cost per observation: the gain (~25 x the bins between best and kappa) is recomputed on every
 reward while n <= ``EXACT_UNTIL``, later only when the best rises or n has grown by 1/32 since

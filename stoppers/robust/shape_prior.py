@@ -751,6 +751,8 @@ class ShapePrior:
         alpha: float,
         min_streams: int = BOOTSTRAP_MIN_STREAMS,
         xi_requests: int = XI_MIN_REQUESTS,
+        *,
+        lumpy_only: bool = True,
     ) -> Callable[[], StreamPrompts | None]:
         """A read of the kept streams as pseudo-prompts on a snapshot taken now (the returned
         function may run on another thread): the :class:`StreamPrompts` where the bootstrap
@@ -758,7 +760,9 @@ class ShapePrior:
         the levels they drew), light tails (heavy ones would put the benchmark too low,
         :data:`LIGHT_TAIL_XI`) and lumpy streams (:attr:`StreamPrompts.lumpy`; on smooth ones
         the fitted shape describes every prompt) - else None. ``min_streams`` and
-        ``xi_requests``: :meth:`streams_readable`'s."""
+        ``xi_requests``: :meth:`streams_readable`'s. ``lumpy_only=False``: smooth streams are
+        read too, for a caller whose alternative is no fitted shape at all (cost mode's cold
+        start on a floor the rewards pile up at)."""
         if not self.streams_readable(min_streams, xi_requests):
             return lambda: None
         kept, requests, cache = list(self.streams), self.requests, self._pseudo_prompts
@@ -766,7 +770,7 @@ class ShapePrior:
 
         def read() -> StreamPrompts | None:
             prompts = _stream_prompts(cache, kept, requests, alpha, ends)
-            return prompts if prompts.lumpy else None
+            return prompts if prompts.lumpy or (not lumpy_only and prompts.kernels) else None
 
         return read
 
