@@ -32,7 +32,9 @@ light (:data:`LIGHT_TAIL_XI`, the xi prior's mean).
 
 Nor where the streams are smooth (:data:`LUMPY_WIDTH_RATIO`): there the table's fitted shape
 describes every prompt, and the kernels, read from streams that are short and, in the first
-requests, stopped by the cold start's rule, only add their noise and bias.
+requests, stopped by the cold start's rule, only add their noise and bias. Cost mode reads
+smooth streams too where the rewards pile up at a floor: there the alternative is its cold
+start, not a fitted shape (docs/robust-stopping.md, "Smooth streams on a piled floor").
 
 A top answer scored alike (2026-12-01): a prompt whose one better answer - the correct one -
 comes back now and then and gets the same score each time has a tight lump at the top of a
