@@ -1,7 +1,10 @@
-"""Cost mode's Best-of-N read from a lumpy deployment's kept streams: ``n_for_cost``,
-``CostShapePrior.streams_best_of_n`` and the ShapePandora requests it decides."""
+"""Cost mode's Best-of-N read from a deployment's kept streams - lumpy ones, or smooth ones on a
+floor the rewards pile up at: ``n_for_cost``, ``CostShapePrior.streams_best_of_n`` and the
+ShapePandora requests it decides."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -44,13 +47,33 @@ def _full(prompts: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def _deployment(seed: int, prompts: int = 30) -> tuple[list[np.ndarray], CostShapePrior]:
+def _deployment(
+    seed: int, prompts: int = 30, make: Callable[[np.random.Generator], np.ndarray] | None = None
+) -> tuple[list[np.ndarray], CostShapePrior]:
+    """``prompts`` prompts from ``make`` (default :func:`_judge_prompt`), one stream of 96 each
+    kept."""
     rng = np.random.default_rng(seed)
-    rows = [_judge_prompt(rng) for _ in range(prompts)]
+    rows = [(make or _judge_prompt)(rng) for _ in range(prompts)]
     prior = CostShapePrior()
     for row in rows:
         prior.update(rng.choice(row, 96, replace=False).tolist())
     return rows, prior
+
+
+def _assert_reads_the_prompts_best_n(
+    seed: int, rows: list[np.ndarray], prior: CostShapePrior, n_share: float, profit_share: float
+) -> None:
+    """At c = 1e-3 and 1e-4 the prior's N is within ``n_share`` of the prompts' own best and
+    earns within ``profit_share`` of its profit on their full distributions."""
+    truth = _full(rows)
+    for cost in (1e-3, 1e-4):
+        got = prior.streams_best_of_n(cost, min_samples=8, horizon=960)
+        want = n_for_cost(truth, cost, horizon=960, min_samples=8)
+        assert got is not None and want is not None
+        assert abs(got - want) <= n_share * want, (seed, cost, got, want)
+        profit = _mean_acceptance(truth, np.array([got, want], dtype=np.float64))
+        profit -= cost * np.array([got, want])
+        assert profit[0] >= profit[1] - profit_share * abs(profit[1])
 
 
 @pytest.mark.parametrize("cost", [3e-2, 1e-3, 1e-4, 1e-5])
@@ -82,15 +105,7 @@ def test_a_judge_deployment_reads_the_best_of_n_that_earns_most() -> None:
     profit on the prompts' full distributions."""
     for seed in range(3):
         rows, prior = _deployment(seed)
-        truth = _full(rows)
-        for cost in (1e-3, 1e-4):
-            got = prior.streams_best_of_n(cost, min_samples=8, horizon=960)
-            want = n_for_cost(truth, cost, horizon=960, min_samples=8)
-            assert got is not None and want is not None
-            assert abs(got - want) <= 0.15 * want, (seed, cost, got, want)
-            profit = _mean_acceptance(truth, np.array([got, want], dtype=np.float64))
-            profit -= cost * np.array([got, want])
-            assert profit[0] >= profit[1] - 0.005 * abs(profit[1])
+        _assert_reads_the_prompts_best_n(seed, rows, prior, 0.15, 0.005)
 
 
 def test_smooth_or_rounded_deployments_keep_their_rules() -> None:
@@ -123,36 +138,21 @@ def test_smooth_streams_on_a_piled_floor_read_their_best_of_n() -> None:
     the prompts' own best (107 / 113 / 114 against 113 / 109 / 112 at c = 1e-3) and earns
     within 0.1% of its profit on the prompts' full distributions."""
     for seed in range(3):
-        rng = np.random.default_rng(seed)
-        rows = [_winner_prompt(rng) for _ in range(30)]
-        prior = CostShapePrior()
-        for row in rows:
-            prior.update(rng.choice(row, 96, replace=False).tolist())
+        rows, prior = _deployment(seed, make=_winner_prompt)
         assert prior.piled_floor() is not None
         assert prior.lumpy_streams(ALPHA, STREAMS_N_MIN_STREAMS, STREAMS_N_XI_REQUESTS)() is None
-        truth = _full(rows)
-        for cost in (1e-3, 1e-4):
-            got = prior.streams_best_of_n(cost, min_samples=8, horizon=960)
-            want = n_for_cost(truth, cost, horizon=960, min_samples=8)
-            assert got is not None and want is not None
-            assert abs(got - want) <= 0.1 * want, (seed, cost, got, want)
-            profit = _mean_acceptance(truth, np.array([got, want], dtype=np.float64))
-            profit -= cost * np.array([got, want])
-            assert profit[0] >= profit[1] - 0.001 * abs(profit[1])
+        _assert_reads_the_prompts_best_n(seed, rows, prior, 0.1, 0.001)
 
 
 def test_the_cold_start_on_a_piled_floor_gives_way_to_the_streams_best_of_n() -> None:
     """Where the floor is not read as censoring (the interiors are not one shape), the request
     that would run the cold start runs the streams' N; where it is read so (a normal cut at
     the floor), the censored rule decides as before and no N is read in its place."""
-    rng = np.random.default_rng(1)
-    rows = [_winner_prompt(rng) for _ in range(30)]
-    prior = CostShapePrior()
-    for row in rows:
-        prior.update(rng.choice(row, 96, replace=False).tolist())
+    _, prior = _deployment(1, make=_winner_prompt)
     policy = ShapePandora(1e-3, prior=prior, max_samples=960)
     n = prior.streams_best_of_n(1e-3, min_samples=8, horizon=960)
     assert not policy.warm and not policy.censored and n is not None and policy.streams_n == n
+    rng = np.random.default_rng(1)
     cut = CostShapePrior()
     for _ in range(30):
         share = rng.uniform(0.2, 0.6)  # the prompt's share at the floor
