@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from stoppers.faircap import acceptance_rate
 from stoppers.robust.cost_prior import (
@@ -48,12 +49,13 @@ def _full(prompts: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _deployment(
-    seed: int, prompts: int = 30, make: Callable[[np.random.Generator], np.ndarray] | None = None
+    seed: int,
+    prompts: int = 30,
+    make: Callable[[np.random.Generator], np.ndarray] = _judge_prompt,
 ) -> tuple[list[np.ndarray], CostShapePrior]:
-    """``prompts`` prompts from ``make`` (default :func:`_judge_prompt`), one stream of 96 each
-    kept."""
+    """``prompts`` prompts from ``make``, one stream of 96 each kept."""
     rng = np.random.default_rng(seed)
-    rows = [(make or _judge_prompt)(rng) for _ in range(prompts)]
+    rows = [make(rng) for _ in range(prompts)]
     prior = CostShapePrior()
     for row in rows:
         prior.update(rng.choice(row, 96, replace=False).tolist())
@@ -156,7 +158,7 @@ def test_the_cold_start_on_a_piled_floor_gives_way_to_the_streams_best_of_n() ->
     cut = CostShapePrior()
     for _ in range(30):
         share = rng.uniform(0.2, 0.6)  # the prompt's share at the floor
-        latent = rng.normal(0.0, 1.0, 96) - float(np.quantile(rng.normal(0.0, 1.0, 4000), share))
+        latent = rng.normal(0.0, 1.0, 96) - float(norm.ppf(share))
         cut.update(np.maximum(latent + FLOOR, FLOOR).tolist())
     policy = ShapePandora(1e-3, prior=cut, max_samples=960)
     assert cut.piled_floor() is not None and policy.censored and policy.streams_n is None
