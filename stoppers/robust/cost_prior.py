@@ -34,6 +34,7 @@ __all__ = [
     "LIKELIHOOD_MIN_REQUESTS",
     "MAX_DISPERSION",
     "SHAPE_TEST_EDGES",
+    "STREAMS_N_FLOOR_MIN",
     "STREAMS_N_KEY",
     "STREAMS_N_MIN_STREAMS",
     "STREAMS_N_XI_REQUESTS",
@@ -90,6 +91,14 @@ STREAMS_N_KEY = "streams-best-of-n"  # first item of a streams_best_of_n key
 # light-tailed by chance (docs/robust-stopping.md, "The streams' Best-of-N from four requests").
 STREAMS_N_MIN_STREAMS = 4
 STREAMS_N_XI_REQUESTS = 4
+# Where the rewards pile up at a floor (ShapePrior.piled_floor) both bars are this instead. Why:
+# there the request the N would decide otherwise runs the cold start with its margins whole,
+# which on the real pool redrawn earned 0.978-0.992 of the best fixed N on each deployment's
+# 4th-7th requests (c = 1e-3, 24 x 100), and the N read from two or three streams 0.986-1.004.
+# The floor is established by then (from the 3rd-4th request on those pools), so it is the
+# 4th-7th requests that move (docs/robust-stopping.md, "The streams' Best-of-N from two
+# streams on a piled floor").
+STREAMS_N_FLOOR_MIN = 2
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,10 @@ class StreamsBestOfN:
 
     n: int | None
     requests: int
+    # the streams counted as readable gave fewer pseudo-prompts than the bar (one nearly all at
+    # the floor has no interior to read): read again at the next request, not once requests
+    # have doubled (CostShapePrior.is_stale)
+    short: bool = False
 
 
 @dataclass
@@ -273,15 +286,33 @@ class CostShapePrior(ShapePrior):
         the floor are not read as censoring), and on the real pool redrawn smoother (`ap15`)
         its streams read smooth, so 378 of 480 requests ran that cold start at 0.959 of the
         best fixed N's profit (c = 1e-3), the N read from the streams at 1.009
-        (docs/robust-stopping.md, "Smooth streams on a piled floor")."""
-        if self.requests == 0 or not self.streams_readable(
-            STREAMS_N_MIN_STREAMS, STREAMS_N_XI_REQUESTS
-        ):
+        (docs/robust-stopping.md, "Smooth streams on a piled floor"). There the N is read from
+        two streams and two requests' xi (``STREAMS_N_FLOOR_MIN``), elsewhere from four."""
+        if self.requests == 0:
+            return None
+        if not self.streams_readable(*self._streams_n_bars(self.piled_floor() is not None)):
             return None
         alpha = self.alpha if alpha is None else float(alpha)
         key = (STREAMS_N_KEY, float(f"{cost:.3g}"), int(min_samples), int(horizon), alpha)
         built = self._built(key)
         return None if built is None else built.n
+
+    def _streams_n_bars(self, floor_piles: bool) -> tuple[int, int]:
+        """(kept streams, xi requests) the streams' Best-of-N waits for: ``STREAMS_N_FLOOR_MIN``
+        of each on a floor the rewards pile up at, else ``STREAMS_N_MIN_STREAMS`` and
+        ``STREAMS_N_XI_REQUESTS``."""
+        if floor_piles:
+            return STREAMS_N_FLOOR_MIN, STREAMS_N_FLOOR_MIN
+        return STREAMS_N_MIN_STREAMS, STREAMS_N_XI_REQUESTS
+
+    def is_stale(self, key: Any) -> bool:
+        """:meth:`ShapePrior.is_stale`, and a streams' Best-of-N that read too few streams
+        (:attr:`StreamsBestOfN.short`) is stale once one more request has been learned."""
+        if isinstance(key, tuple) and key and key[0] == STREAMS_N_KEY:
+            cached = self._tables.get(key)
+            if isinstance(cached, StreamsBestOfN) and cached.short:
+                return self.requests > cached.requests or super().is_stale(key)
+        return super().is_stale(key)
 
     def prepare(self, key: Any) -> Any:
         """A build of ``key``: the likelihood shape on a copy of the kept streams (which never
@@ -291,24 +322,24 @@ class CostShapePrior(ShapePrior):
         requests = self.requests
         if key[0] == STREAMS_N_KEY:
             _, cost, min_samples, horizon, alpha = key
-            # on a floor the rewards pile up at, smooth streams are read too (streams_best_of_n)
-            read = self.lumpy_streams(
-                alpha,
-                STREAMS_N_MIN_STREAMS,
-                STREAMS_N_XI_REQUESTS,
-                lumpy_only=self.piled_floor() is None,
-            )
+            # on a floor the rewards pile up at, smooth streams are read too, and from fewer
+            # (streams_best_of_n, STREAMS_N_FLOOR_MIN)
+            floor_piles = self.piled_floor() is not None
+            min_streams, xi_requests = self._streams_n_bars(floor_piles)
+            read = self.lumpy_streams(alpha, min_streams, xi_requests, lumpy_only=not floor_piles)
 
             def build() -> StreamsBestOfN:
                 prompts = read()
                 if prompts is None:
                     return StreamsBestOfN(None, requests)
+                if len(prompts.prompts) < min_streams:
+                    return StreamsBestOfN(None, requests, short=True)
                 n = n_for_cost(
                     prompts.prompts,
                     cost,
                     horizon=horizon,
                     min_samples=min_samples,
-                    min_streams=STREAMS_N_MIN_STREAMS,
+                    min_streams=min_streams,
                 )
                 return StreamsBestOfN(n, requests)
 

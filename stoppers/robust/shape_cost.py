@@ -67,6 +67,8 @@ from the fifth request on: four kept streams,
 :data:`~stoppers.robust.cost_prior.STREAMS_N_MIN_STREAMS` ("The streams' Best-of-N from four
 requests"). Where the rewards pile up at a floor it is read from smooth streams too: there the
 cold start that would decide keeps its margins whole and no fitted shape is in play ("Smooth
+streams on a piled floor"), and from two streams once the floor is established
+(:data:`~stoppers.robust.cost_prior.STREAMS_N_FLOOR_MIN`, "The streams' Best-of-N from two
 streams on a piled floor").
 
 Cost per observation: the gain (~25 x the bins between best and kappa) is recomputed on every

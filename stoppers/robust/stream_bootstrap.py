@@ -78,12 +78,13 @@ __all__ = [
 ]
 
 # kept streams (after the length cut) before the bootstrap sizes a target table's N and
-# calibrates it (cost mode's Best-of-N reads from fewer: cost_prior.STREAMS_N_MIN_STREAMS). Five,
-# not ten (2026-12-02): at a low target the warm requests stop after 8-25 rewards, and the long
-# streams are mostly the cold start's. On `top-lump` at 0.7, four deployments of 40 kept 5, 11,
-# 11 and 14 streams of 25 or more; the one with 5 never read them and ran the smooth shape's
-# table (17-26 draws a request, the prompts' own Best-of-N 10). Smooth pools' streams still read
-# smooth from five (docs/robust-stopping.md, "Target tables read from five long streams").
+# calibrates it (cost mode's Best-of-N reads from fewer: cost_prior.STREAMS_N_MIN_STREAMS, and
+# STREAMS_N_FLOOR_MIN on a piled floor). Five, not ten (2026-12-02): at a low target the warm
+# requests stop after 8-25 rewards, and the long streams are mostly the cold start's. On
+# `top-lump` at 0.7, four deployments of 40 kept 5, 11, 11 and 14 streams of 25 or more; the one
+# with 5 never read them and ran the smooth shape's table (17-26 draws a request, the prompts'
+# own Best-of-N 10). Smooth pools' streams still read smooth from five (docs/robust-stopping.md,
+# "Target tables read from five long streams").
 BOOTSTRAP_MIN_STREAMS = 5
 STREAM_MIN_REWARDS = 24  # a shorter stream says too little about its prompt's top
 # the deployment's mean GPD tail shape (XiPrior.mean_xi) at or under which kernels may read its
