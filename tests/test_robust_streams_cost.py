@@ -30,16 +30,21 @@ ALPHA = 0.99
 FLOOR = -9.0
 
 
+def _lumps(rng: np.random.Generator, size: int, centres: np.ndarray) -> np.ndarray:
+    """``size`` answers in lumps scored alike around ``centres``."""
+    return rng.choice(centres, size) + rng.normal(0.0, 0.3, size)
+
+
 def _lumps_prompt(rng: np.random.Generator, size: int = 20_000) -> np.ndarray:
     """3-7 lumps of answers scored alike, nothing at a floor."""
-    centres = rng.normal(0.0, 3.0, rng.integers(3, 8))
-    return rng.choice(centres, size) + rng.normal(0.0, 0.3, size)
+    return _lumps(rng, size, rng.normal(0.0, 3.0, rng.integers(3, 8)))
 
 
 def _judge_prompt(rng: np.random.Generator, size: int = 20_000) -> np.ndarray:
     """A judge's prompt: its own share at the floor and 3-7 lumps of answers scored alike."""
+    centres = rng.normal(0.0, 3.0, rng.integers(3, 8))
     at_floor = rng.random(size) < rng.uniform(0.2, 0.7)
-    return np.where(at_floor, FLOOR, np.maximum(_lumps_prompt(rng, size), FLOOR))
+    return np.where(at_floor, FLOOR, np.maximum(_lumps(rng, size, centres), FLOOR))
 
 
 def _full(prompts: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -288,7 +293,8 @@ def test_a_read_short_of_streams_is_retried_at_the_next_request() -> None:
         n = prior.streams_best_of_n(1e-3, min_samples=8, horizon=960)
         readable = len(pseudo_prompts(prior.streams, alpha=ALPHA, floor=FLOOR).prompts)
         if k == 3:
-            assert prior.piled_floor() is not None and prior.streams_readable(2, 2)
+            floor_bar = (STREAMS_N_FLOOR_MIN, STREAMS_N_FLOOR_MIN)
+            assert prior.piled_floor() is not None and prior.streams_readable(*floor_bar)
             assert readable == 1 and n is None
         if k == 4:
             assert readable == 2 and n is not None
