@@ -72,6 +72,12 @@ def _deployment(
     return rows, prior
 
 
+def _profits(truth: list[tuple[np.ndarray, np.ndarray]], cost: float, *ns: int) -> np.ndarray:
+    """Best-of-n's mean acceptance - cost n on the prompts' full distributions, for each n."""
+    n = np.array(ns, dtype=np.float64)
+    return _mean_acceptance(truth, n) - cost * n
+
+
 def _assert_reads_the_prompts_best_n(
     seed: int, rows: list[np.ndarray], prior: CostShapePrior, n_share: float, profit_share: float
 ) -> None:
@@ -83,8 +89,7 @@ def _assert_reads_the_prompts_best_n(
         want = n_for_cost(truth, cost, horizon=960, min_samples=8)
         assert got is not None and want is not None
         assert abs(got - want) <= n_share * want, (seed, cost, got, want)
-        profit = _mean_acceptance(truth, np.array([got, want], dtype=np.float64))
-        profit -= cost * np.array([got, want])
+        profit = _profits(truth, cost, got, want)
         assert profit[0] >= profit[1] - profit_share * abs(profit[1])
 
 
@@ -269,8 +274,7 @@ def test_on_a_piled_floor_the_n_is_read_from_fewer_streams() -> None:
         truth = _full(rows)
         want = n_for_cost(truth, 1e-3, horizon=960, min_samples=8)
         assert want is not None
-        profit = _mean_acceptance(truth, np.array([n, want], dtype=np.float64))
-        profit -= 1e-3 * np.array([n, want])
+        profit = _profits(truth, 1e-3, n, want)
         assert profit[0] >= 0.995 * profit[1], (seed, n, want)
 
 

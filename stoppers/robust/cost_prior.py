@@ -308,10 +308,9 @@ class CostShapePrior(ShapePrior):
     def is_stale(self, key: Any) -> bool:
         """:meth:`ShapePrior.is_stale`, and a streams' Best-of-N that read too few streams
         (:attr:`StreamsBestOfN.short`) is stale once one more request has been learned."""
-        if isinstance(key, tuple) and key and key[0] == STREAMS_N_KEY:
-            cached = self._tables.get(key)
-            if isinstance(cached, StreamsBestOfN) and cached.short:
-                return self.requests > cached.requests or super().is_stale(key)
+        cached = self._tables.get(key)
+        if isinstance(cached, StreamsBestOfN) and cached.short and self.requests > cached.requests:
+            return True
         return super().is_stale(key)
 
     def prepare(self, key: Any) -> Any:
