@@ -85,6 +85,8 @@ def test_non_finite_rewards_and_observe_after_stop_raise(mode):
         (lambda: TailTargetAcceptance(0.9, max_samples=0), "max_samples"),
         (lambda: TailPandora(1e-3, kappa_z=-1.0), "kappa_z"),
         (lambda: TailPandora(1e-3, scale_z=math.inf), "scale_z"),
+        (lambda: TailPandora(1e-3, search_min=-1), "search_min"),
+        (lambda: TailPandora(1e-3, search_min=2.5), "search_min"),
         (lambda: TailPrior(weight=-1.0), "weight"),
         (lambda: TailPrior(base_xi=math.nan), "base_xi"),
     ],

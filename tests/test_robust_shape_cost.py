@@ -8,9 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from stoppers.robust.cost import TailPandora
+from stoppers.robust.cost import HIDDEN_MODE_MASS, TailPandora, hidden_mode_draws
 from stoppers.robust.cost_prior import CostShapePrior, cost_shape_prior
-from stoppers.robust.shape_cost import CostShape, ShapePandora, tail_excess
+from stoppers.robust.shape_cost import (
+    FRESH_REQUESTS,
+    CostShape,
+    ShapePandora,
+    _tail_prior,
+    tail_excess,
+)
 from stoppers.robust.stop_table import Z_BINS, Z_HI, Z_LO
 from tests.learned_priors import moments, normal_prior, run
 
@@ -21,18 +27,79 @@ def _ar(d):
 
 
 def test_cold_start_is_tail_pandora_decision_for_decision():
+    """Until a shape is learned the request is TailPandora on the prior's xi; while the
+    deployment prior is fresh, one that waits hidden_mode_draws before its fit ends the search
+    (without a prior, none: a gateway that learns nothing would wait on every request)."""
     rng = np.random.default_rng(1)
     young = cost_shape_prior()
-    young.update(rng.normal(size=60).tolist())  # one request: not warm yet
-    for prior in (None, young):
+    young.update(rng.normal(size=60).tolist())  # one request: fresh
+    grown = cost_shape_prior()
+    for _ in range(FRESH_REQUESTS):  # no longer fresh, not warm yet
+        grown.update(rng.normal(size=60).tolist())
+    wait = hidden_mode_draws(1e-3)
+    waited = 0
+    for prior, search_min in ((None, 0), (young, wait), (grown, 0)):
         for seed in range(20):
             stream = np.random.default_rng(seed).standard_t(3.0, 400)
+            if seed % 2:  # a third of the rewards at their bottom: where the wait applies
+                stream = np.maximum(stream, -0.45)
             mine = ShapePandora(1e-3, max_samples=400, prior=prior)
             assert not mine.warm
-            ref = TailPandora(1e-3, max_samples=400)
+            ref = TailPandora(
+                1e-3, max_samples=400, prior=_tail_prior(prior), search_min=search_min
+            )
             assert run(mine, stream) == run(ref, stream)
             assert (mine.best, mine.stop_reason) == (ref.best, ref.stop_reason)
             assert mine.threshold == ref.threshold
+            plain = TailPandora(1e-3, max_samples=400, prior=_tail_prior(prior))
+            run(plain, stream)
+            if search_min and seed % 2:
+                assert mine.n >= wait or mine.stop_reason != "threshold"
+                waited += plain.n < wait
+            else:  # no wait, or a stream with no pile at its bottom: the plain cold start
+                assert (mine.n, mine.best) == (plain.n, plain.best)
+    assert waited > 0  # the wait changed some requests
+
+
+def test_hidden_mode_draws_is_where_the_two_point_prior_stops_paying():
+    for cost in (1e-2, 1e-3, 3e-4, 1e-4, 1e-5):
+        n = hidden_mode_draws(cost)
+        gain = lambda k: (1.0 - HIDDEN_MODE_MASS) ** k * HIDDEN_MODE_MASS  # noqa: E731
+        assert gain(n) <= cost < gain(n - 1)
+    assert (hidden_mode_draws(1e-3), hidden_mode_draws(1e-4)) == (77, 122)
+    assert hidden_mode_draws(0.5) == 1  # a draw dearer than the mode's mass: no wait
+
+
+def test_a_fresh_deployment_finds_a_mode_the_fit_has_not_seen():
+    """A judge's losing answers at the bottom of its scale (40% of the draws), the rest normal,
+    and a better mode of 5% from the 70th draw on: the plain cold start ends its search on the
+    fit before the mode shows on some streams; a fresh deployment's request waits 77 draws and
+    finds it on all; once the deployment has learned from three requests the wait is off."""
+    grown = cost_shape_prior()
+    rng = np.random.default_rng(2)
+    for _ in range(FRESH_REQUESTS):
+        grown.update(rng.normal(size=60).tolist())
+    missed = 0
+    for seed in range(10):
+        stream = np.random.default_rng(seed).normal(size=400)
+        stream[np.random.default_rng(seed + 100).random(400) < 0.4] = -4.0
+        stream[70::20] = 8.0
+        fresh = ShapePandora(1e-3, max_samples=400, prior=cost_shape_prior())
+        run(fresh, stream)
+        assert fresh.best == 8.0
+        plain = TailPandora(1e-3, max_samples=400)
+        run(plain, stream)
+        missed += plain.best < 8.0
+        later = ShapePandora(1e-3, max_samples=400, prior=grown)
+        assert run(later, stream) == run(TailPandora(1e-3, max_samples=400, prior=grown.xi), stream)
+    assert missed >= 2
+    smooth = np.random.default_rng(0).normal(size=400)
+    smooth[70::20] = 8.0  # no pile at the bottom: no wait, as the plain cold start
+    fresh = ShapePandora(1e-3, max_samples=400, prior=cost_shape_prior())
+    assert run(fresh, smooth) == run(TailPandora(1e-3, max_samples=400), smooth)
+    piled = np.maximum(np.random.default_rng(0).normal(size=400), -0.5)
+    small = ShapePandora(1e-3, max_samples=40, prior=cost_shape_prior())  # capped at the budget
+    assert run(small, piled) == 40
 
 
 def test_gain_matches_brute_force_integral_over_the_parameter_grid():

@@ -28,6 +28,7 @@ draw's gain by the cost (:func:`stoppers.robust.ceiling.floor_gain_bound`).
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import replace
 
@@ -39,7 +40,19 @@ from stoppers.robust.prior import TailPrior
 from stoppers.robust.tracker import COST_ALL_TIED, cost_all_tied
 from stoppers.robust.xi_prior import XiPrior
 
-__all__ = ["TailPandora", "default_kappa_z"]
+__all__ = [
+    "BOTTOM_PILE_SHARE",
+    "HIDDEN_MODE_MASS",
+    "TailPandora",
+    "default_kappa_z",
+    "hidden_mode_draws",
+]
+
+# The better mode a fresh deployment's request may hide above every reward it has drawn
+# (hidden_mode_draws): its mass, and the share of the request's rewards that must sit at their
+# lowest value (a judge's losing answers at the bottom of its scale) for the wait to apply.
+HIDDEN_MODE_MASS = 0.05
+BOTTOM_PILE_SHARE = 0.2
 
 
 class TailPandora(TailPolicy):
@@ -71,6 +84,11 @@ class TailPandora(TailPolicy):
     pile: the deployment's learned :class:`~stoppers.robust.pile.PileBound`
         (:func:`~stoppers.robust.pile.pile_of`) or None: stop at a repeated best once it bounds
         one more draw's gain by the cost.
+    search_min: rewards to draw before the tail fit's test may stop (stop reason "threshold")
+        while the request's rewards pile up at their lowest value (``BOTTOM_PILE_SHARE`` of
+        them); the other stops keep ``min_samples``.
+        :class:`~stoppers.robust.shape_cost.ShapePandora` sets :func:`hidden_mode_draws` where
+        the deployment is fresh.
     """
 
     all_tied = COST_ALL_TIED
@@ -93,6 +111,7 @@ class TailPandora(TailPolicy):
         tie_ceiling: bool = True,
         full_margins: bool = False,
         pile: PileBound | None = None,
+        search_min: int = 0,
     ) -> None:
         cost = float(cost)
         if not (cost > 0.0 and math.isfinite(cost)):
@@ -117,6 +136,9 @@ class TailPandora(TailPolicy):
         self.all_tied = cost_all_tied(cost)  # a point mass: later the cheaper a draw is
         self.scale_z = float(scale_z)
         self.xi_z = float(xi_z)
+        if isinstance(search_min, bool) or not isinstance(search_min, int) or search_min < 0:
+            raise ValueError(f"search_min must be an integer >= 0, got {search_min!r}")
+        self.search_min = search_min
         self._optimistic: TailFit | None = None
         self._shape_fits: list[tuple[float, TailFit, float]] = []  # (weight, fit, kappa offset)
         self._gain = math.nan
@@ -140,7 +162,16 @@ class TailPandora(TailPolicy):
             lone = self._lone_best_tail()
             if lone is not None:  # the search goes on while either tail says it pays
                 self._gain = max(self._gain, lone.expected_gain(0.0, lone.kappa_offset(self.alpha)))
-        return "threshold" if self._gain <= self.cost else None
+        if self._gain > self.cost:
+            return None
+        return None if self._n < self.search_min and self._bottom_piles() else "threshold"
+
+    def _bottom_piles(self) -> bool:
+        """Do the request's rewards pile up at their lowest value (``BOTTOM_PILE_SHARE`` of
+        them, at least two)? What makes the hidden-mode wait apply (:func:`hidden_mode_draws`)."""
+        values = self._tracker.sorted
+        at_bottom = bisect.bisect_right(values, values[0])
+        return at_bottom >= 2 and at_bottom >= BOTTOM_PILE_SHARE * len(values)
 
     def _averaged(self, m_offset: float) -> float:
         """The gain averaged over the deployment's posterior of this tail's shape (0 without
@@ -222,3 +253,23 @@ def default_kappa_z(cost: float) -> float:
     """
     decades = max(0.0, math.log10(1e-3 / cost))
     return min(0.3 + 0.35 * decades, 1.0)
+
+
+def hidden_mode_draws(cost: float, mass: float = HIDDEN_MODE_MASS) -> int:
+    """Draws before a request that knows nothing of its deployment, and whose rewards pile up
+    at their lowest value, ends its search on the tail fit: the n at which a better mode of
+    ``mass``, above every reward drawn, is worth no more than ``cost`` to look for (77 at
+    c = 1e-3, 122 at c = 1e-4 with mass 0.05).
+
+    Why: the tail fit reads only the rewards drawn, and a mode not drawn yet leaves no trace in
+    them. Under a two-point prior - no such mode, or one of ``mass`` whose draws beat the
+    benchmark (one more draw lifts acceptance by up to 1) - the mode's weight after n draws
+    without it is about (1 - mass)^n, and one more draw is worth (1 - mass)^n * mass. A judge's
+    rewards hold such modes where most answers lose: on the real pool redrawn, a request with
+    no deployment behind it stopped on the fit after a median 48 draws on a prompt with half
+    its rewards at the judge's floor and its best 2% near +8 logits, 90% of the rest under
+    -5. Only where the rewards pile up at their bottom (``BOTTOM_PILE_SHARE``): on continuous
+    and low-temperature shapes the wait cost more than it found (docs/robust-stopping.md,
+    "A fresh deployment's hidden modes"). The same two-point prior with a mass of one in ten
+    sets the tied wait (:func:`~stoppers.robust.tracker.cost_all_tied`)."""
+    return max(1, math.ceil(math.log(cost / mass) / math.log1p(-mass)))

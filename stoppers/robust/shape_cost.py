@@ -93,7 +93,7 @@ from stoppers.robust.ceiling import (
     floor_of,
 )
 from stoppers.robust.censored_cost import CensoredGain, CensoredShape
-from stoppers.robust.cost import TailPandora
+from stoppers.robust.cost import TailPandora, hidden_mode_draws
 from stoppers.robust.cost_prior import (
     EARLY_REQUESTS,
     CostShapePrior,
@@ -151,6 +151,11 @@ TWO_MODE_SHARE = 0.6
 # (EARLY_REQUESTS) they are capped as well: up to +0.15 point more on the heterogeneous draws and
 # mixture (``_may_be_blend``).
 BLEND_CAP = 2.0
+# A deployment prior taught by fewer requests than this is fresh: its cold start waits
+# hidden_mode_draws before it ends a search on the tail fit where the rewards pile up at their
+# bottom (_search_min). Three: the floor is established from the third request on
+# (ceiling.CEILING_REQUESTS), and the streams' Best-of-N read from two streams on it after.
+FRESH_REQUESTS = 3
 # The moment path's recorded shape is pooled from draws standardised by their request's running
 # mean and sd. That noise, about 0.1-0.2 standard units at 25-100 draws, spreads a hard upper end
 # over a tail that is not there: on `reflected-exponential` rewards (end at z = 1) the recorded
@@ -302,6 +307,7 @@ class LearnedShapeCost(StoppingPolicy):
             tie_ceiling=self._ceiling is None,
             full_margins=self._full_margins,
             pile=self._pile_bound,
+            search_min=_search_min(prior, self.cost, self.max_samples),
         )
 
     def _mean_var(self, n: int) -> tuple[float, float]:
@@ -563,6 +569,22 @@ class ShapePandora(LearnedShapeCost):
         self._eval_n = n
         self._eval_best = self._best
         return "threshold" if self._gain <= self.cost else None
+
+
+def _search_min(prior: object, cost: float, max_samples: int | None) -> int:
+    """The draws a cold start waits before its tail fit may end the search where the request's
+    rewards pile up at their bottom (:meth:`TailPandora._bottom_piles`): while the deployment
+    prior is fresh (taught by fewer than ``FRESH_REQUESTS`` requests),
+    :func:`~stoppers.robust.cost.hidden_mode_draws` capped at the budget; else 0.
+
+    Why only there: the wait is what a deployment pays once, on its first requests, before its
+    kept streams say whether its prompts hide better modes. Without a prior (a gateway that
+    learns nothing, ``PANDORA_LEARN_PRIOR=false``) every request would pay it, and at a budget
+    under the wait no request would save a generation."""
+    if not isinstance(prior, ShapePrior) or prior.requests >= FRESH_REQUESTS:
+        return 0
+    wait = hidden_mode_draws(cost)
+    return wait if max_samples is None else min(wait, max_samples)
 
 
 def _learned_shape(
